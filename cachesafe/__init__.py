@@ -1,0 +1,1 @@
+"""CacheSafe: is a model's chat template safe behind a prompt cache?"""

@@ -1,0 +1,151 @@
+"""Is the service alive? Database, broker, workers, beat and the Mac probe worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+BROKER_TIMEOUT = 2
+#: The banner on every page reuses a status this young instead of asking again.
+CACHE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Component:
+    ok: bool
+    detail: str
+    since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    database: Component
+    broker: Component
+    worker: Component
+    beat: Component
+    probe_worker: Component
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """The probe worker lives on another machine; it does not make the service unhealthy."""
+        return self.database.ok and self.broker.ok and self.worker.ok and self.beat.ok
+
+    @property
+    def problems(self) -> list[str]:
+        parts = [self.database, self.broker, self.worker, self.beat]
+        return [c.detail for c in parts if not c.ok]
+
+    def as_json(self) -> dict[str, Any]:
+        def component(c: Component) -> dict[str, Any]:
+            data = asdict(c)
+            data["since"] = c.since.isoformat() if c.since else None
+            return data
+
+        return {
+            "status": "ok" if self.healthy else "degraded",
+            "database": component(self.database),
+            "broker": component(self.broker),
+            "worker": component(self.worker),
+            "beat": component(self.beat),
+            "probe_worker": component(self.probe_worker),
+            "workers": self.workers,
+        }
+
+
+def _database() -> Component:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return Component(True, "database reachable")
+    except DatabaseError as exc:
+        return Component(False, f"database unreachable: {str(exc).strip().splitlines()[0]}")
+
+
+def _broker() -> Component:
+    from workers.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT)
+        return Component(True, "broker reachable")
+    except Exception as exc:  # kombu raises many kinds; any of them means "not reachable"
+        return Component(False, f"broker unreachable: {exc}")
+
+
+def _ago(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def service_status() -> ServiceStatus:
+    database = _database()
+    broker = _broker()
+    if not database.ok:
+        unknown = Component(False, "unknown: the database is unreachable")
+        return ServiceStatus(database, broker, unknown, unknown, unknown)
+
+    from workers.models import BeatTick, WorkerHeartbeat
+
+    beats = list(WorkerHeartbeat.objects.all())
+    main = [hb for hb in beats if not hb.is_probe_worker]
+    probes = [hb for hb in beats if hb.is_probe_worker]
+
+    def summarize(rows: list[WorkerHeartbeat], label: str) -> Component:
+        alive = [hb for hb in rows if hb.is_alive]
+        if alive:
+            names = ", ".join(hb.hostname for hb in alive)
+            return Component(True, f"{label} online: {names}", max(hb.last_seen for hb in alive))
+        if rows:
+            last = max(hb.last_seen for hb in rows)
+            return Component(False, f"{label} offline since {_ago(last)}", last)
+        return Component(False, f"{label} has never reported")
+
+    tick = BeatTick.last()
+    from workers.models import HEARTBEAT_STALE_AFTER
+
+    if tick is None:
+        beat = Component(False, "beat scheduler has never ticked")
+    elif tick.last_tick >= timezone.now() - HEARTBEAT_STALE_AFTER:
+        beat = Component(True, "beat scheduler ticking", tick.last_tick)
+    else:
+        beat = Component(False, f"beat scheduler silent since {_ago(tick.last_tick)}")
+
+    return ServiceStatus(
+        database=database,
+        broker=broker,
+        worker=summarize(main, "Worker"),
+        beat=beat,
+        probe_worker=summarize(probes, "Mac probe worker"),
+        workers=[
+            {
+                "hostname": hb.hostname,
+                "queues": hb.queues,
+                "alive": hb.is_alive,
+                "last_seen": hb.last_seen.isoformat(),
+                "info": hb.info,
+            }
+            for hb in beats
+        ],
+    )
+
+
+_cache_lock = threading.Lock()
+_cached: tuple[float, ServiceStatus] | None = None
+
+
+def cached_status() -> ServiceStatus:
+    """The status for the page banner, asked at most every CACHE_SECONDS per process."""
+    global _cached
+    with _cache_lock:
+        if _cached and time.monotonic() - _cached[0] < CACHE_SECONDS:
+            return _cached[1]
+    status = service_status()
+    with _cache_lock:
+        _cached = (time.monotonic(), status)
+    return status

@@ -1,0 +1,189 @@
+"""CacheSafe settings: everything configurable comes from the environment (see README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachesafe.environment import (
+    ConfigError,
+    Env,
+    check_redis_url,
+    parse_database_url,
+    sqlite_database,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+env = Env.from_os()
+
+# Local state of the embedded defaults (SQLite file, broker folder, generated files).
+VAR_DIR = Path(env.text("CACHESAFE_VAR_DIR", str(BASE_DIR / "var")))
+
+INSECURE_SECRET_KEY = "cachesafe-local-development-key-not-for-production"
+DEBUG = env.flag("DEBUG", True)
+SECRET_KEY = env.text("SECRET_KEY", INSECURE_SECRET_KEY)
+if not DEBUG and SECRET_KEY == INSECURE_SECRET_KEY:
+    raise ConfigError(
+        "DEBUG is off but SECRET_KEY is the built-in development key: "
+        "set SECRET_KEY to a long random value (python -c 'import secrets; "
+        "print(secrets.token_urlsafe(50))')"
+    )
+
+ALLOWED_HOSTS = env.items("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+if DEBUG:
+    ALLOWED_HOSTS += ["testserver"]
+SITE_URL = env.text("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+CSRF_TRUSTED_ORIGINS = [SITE_URL] if SITE_URL.startswith("https://") else []
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "django_celery_beat",
+    "cachesafe",
+    "registry",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "cachesafe.urls"
+WSGI_APPLICATION = "cachesafe.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "cachesafe.context_processors.site",
+            ],
+        },
+    },
+]
+
+# Database: PostgreSQL when DATABASE_URL is set, else an embedded SQLite file.
+if env.is_set("DATABASE_URL"):
+    DATABASES = {"default": parse_database_url(env.text("DATABASE_URL", ""), base_dir=BASE_DIR)}
+else:
+    DATABASES = {"default": sqlite_database(VAR_DIR / "cachesafe.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis backs the broker, locks and rate limits in production; without it the embedded
+# defaults keep everything in the database and a broker folder under VAR_DIR.
+REDIS_URL = check_redis_url(env.text("REDIS_URL", "")) if env.is_set("REDIS_URL") else ""
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "cachesafe",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "cachesafe_cache",
+        }
+    }
+
+# Celery (the app lives in workers/). Postgres holds the state: no result backend.
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if REDIS_URL:
+    # Above the longest task's hard limit, so an acks_late task of a killed worker is
+    # redelivered only once it can no longer be running anywhere.
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+else:
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "workers.beat:RecordingDatabaseScheduler"
+
+# Hugging Face Hub.
+HF_ENDPOINT = env.text("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+HF_TOKEN = env.text("HF_TOKEN", "") or None
+
+# Email: SMTP when EMAIL_HOST is set, else messages are written under VAR_DIR/mail.
+EMAIL_HOST = env.text("EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = env.integer("EMAIL_PORT", 587, minimum=1, maximum=65535)
+    EMAIL_HOST_USER = env.text("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = env.text("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env.flag("EMAIL_USE_TLS", True)
+    EMAIL_TIMEOUT = 10
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = env.text("DEFAULT_FROM_EMAIL", "CacheSafe <alerts@cachesafe.localhost>")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # htmx comes from the npm registry, pinned in package-lock.json (make installs it).
+    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = SITE_URL.startswith("https://")
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.text("LOG_LEVEL", "INFO")},
+}

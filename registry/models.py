@@ -1,0 +1,247 @@
+"""The catalog: Hugging Face models, every version of their chat templates, and verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Verdict(models.TextChoices):
+    """A template's cache verdict (the check engine's vocabulary)."""
+
+    PENDING = "pending", "Not checked yet"
+    SAFE = "safe", "Cache-safe"
+    UNSAFE = "unsafe", "Breaks the cache"
+    SAFE_WHERE_RENDERABLE = "safe_where_renderable", "Safe where it renders"
+    ERROR = "error", "Does not render"
+
+
+class TemplateVersionQuerySet(models.QuerySet["TemplateVersion"]):
+    def get_or_create_for_text(self, text: str) -> tuple[TemplateVersion, bool]:
+        """Deduplicate by SHA-256 of the exact UTF-8 bytes of the template."""
+        data = text.encode("utf-8", "surrogateescape")
+        sha = hashlib.sha256(data).hexdigest()
+        return self.get_or_create(sha256=sha, defaults={"text": text, "size": len(data)})
+
+
+class TemplateVersion(models.Model):
+    """One distinct chat template text; shared by every model and commit that uses it."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    text = models.TextField()
+    size = models.PositiveIntegerField()
+    first_seen = models.DateTimeField(default=timezone.now)
+
+    objects = TemplateVersionQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return self.sha256[:12]
+
+
+class ModelStatus(models.TextChoices):
+    OK = "ok", "OK"
+    GATED = "gated", "Gated"
+    PRIVATE = "private", "Private"
+    MISSING = "missing", "Missing"
+    DISABLED = "disabled", "Disabled"
+    NO_TEMPLATE = "no_template", "No chat template"
+    BROKEN = "broken", "Broken"
+    PENDING = "pending", "Not synced yet"
+
+
+class HubModelQuerySet(models.QuerySet["HubModel"]):
+    def cache_safe(self) -> HubModelQuerySet:
+        return self.filter(verdict=Verdict.SAFE)
+
+    def search(self, query: str) -> HubModelQuerySet:
+        query = query.strip()
+        if not query:
+            return self
+        cond = Q()
+        for term in query.split():
+            cond &= (
+                Q(repo_id__icontains=term)
+                | Q(family__icontains=term)
+                | Q(tags__icontains=term)
+                | Q(model_type__icontains=term)
+            )
+        return self.filter(cond)
+
+
+class HubModel(models.Model):
+    """A tracked Hugging Face model repository."""
+
+    repo_id = models.CharField(max_length=200, unique=True)
+    author = models.CharField(max_length=100, db_index=True)
+    family = models.CharField(max_length=100, blank=True, db_index=True)
+    status = models.CharField(
+        max_length=20, choices=ModelStatus.choices, default=ModelStatus.PENDING, db_index=True
+    )
+    status_reason = models.TextField(blank=True)
+
+    downloads = models.BigIntegerField(default=0, db_index=True)
+    likes = models.IntegerField(default=0)
+    tags = models.JSONField(default=list, blank=True)
+    pipeline_tag = models.CharField(max_length=100, blank=True)
+    library_name = models.CharField(max_length=100, blank=True)
+    model_type = models.CharField(max_length=100, blank=True)
+    architectures = models.JSONField(default=list, blank=True)
+    #: Recurrent/SSM layers (cannot trim their cache) or sliding-window attention layers.
+    is_hybrid = models.BooleanField(default=False, db_index=True)
+    has_sliding_window = models.BooleanField(default=False)
+    quantization = models.CharField(max_length=100, blank=True)
+    base_model = models.CharField(max_length=200, blank=True)
+
+    last_commit_sha = models.CharField(max_length=40, blank=True)
+    last_commit_at = models.DateTimeField(null=True, blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    last_template_change_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    tracked_at = models.DateTimeField(default=timezone.now)
+    is_demo = models.BooleanField(default=False)
+
+    current_snapshot = models.ForeignKey(
+        "TemplateSnapshot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: Denormalized from the current template's check, so the catalog needs no joins.
+    verdict = models.CharField(
+        max_length=32, choices=Verdict.choices, default=Verdict.PENDING, db_index=True
+    )
+    verdict_summary = models.TextField(blank=True)
+    verdict_updated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = HubModelQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["repo_id"]
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.split("/", 1)[-1]
+
+
+class TemplateSource(models.TextChoices):
+    """Which file of a repo the template came from (transformers 5.x precedence)."""
+
+    CHAT_TEMPLATE_JINJA = "chat_template.jinja", "chat_template.jinja"
+    ADDITIONAL = "additional_chat_templates", "additional_chat_templates/*.jinja"
+    TOKENIZER_CONFIG = "tokenizer_config.json", "tokenizer_config.json"
+    CHAT_TEMPLATE_JSON = "chat_template.json", "chat_template.json"
+    LOCAL = "local", "imported folder"
+
+
+class TemplateSnapshot(models.Model):
+    """The templates of one repo at one commit: which file won, named templates, tokens."""
+
+    model = models.ForeignKey(HubModel, on_delete=models.CASCADE, related_name="snapshots")
+    commit_sha = models.CharField(max_length=40)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    source_file = models.CharField(max_length=40, choices=TemplateSource.choices)
+    default_template = models.ForeignKey(
+        TemplateVersion, on_delete=models.PROTECT, related_name="default_in"
+    )
+    special_tokens = models.JSONField(default=dict, blank=True)
+    tokenizer_json_sha = models.CharField(max_length=64, blank=True)
+    tokenizer_json_size = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "commit_sha"], name="one_snapshot_per_commit")
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.model.repo_id}@{self.commit_sha[:8]}"
+
+
+class NamedTemplate(models.Model):
+    """A named chat template of a snapshot (`default`, `tool_use`, …)."""
+
+    snapshot = models.ForeignKey(
+        TemplateSnapshot, on_delete=models.CASCADE, related_name="named_templates"
+    )
+    name = models.CharField(max_length=100)
+    version = models.ForeignKey(TemplateVersion, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["snapshot", "name"], name="unique_template_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.snapshot} {self.name}"
+
+
+class TemplateChange(models.Model):
+    """A commit where a repo's template changed: an event that checks and alerts consume."""
+
+    model = models.ForeignKey(HubModel, on_delete=models.CASCADE, related_name="changes")
+    commit_sha = models.CharField(max_length=40)
+    committed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    title = models.CharField(max_length=500, blank=True)
+    old_version = models.ForeignKey(
+        TemplateVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    new_version = models.ForeignKey(
+        TemplateVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    detected_at = models.DateTimeField(default=timezone.now)
+    #: Set by the one task that won the claim (STYLE §7): UPDATE … WHERE claimed IS NULL.
+    checks_claimed_at = models.DateTimeField(null=True, blank=True)
+    alerts_claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "commit_sha"], name="one_change_per_commit")
+        ]
+        ordering = ["-committed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.model.repo_id}@{self.commit_sha[:8]}"
+
+
+class CheckStatus(models.TextChoices):
+    PENDING = "pending", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class CheckRun(models.Model):
+    """The engine's report on one template version, for one engine version (and tokenizer)."""
+
+    template_version = models.ForeignKey(
+        TemplateVersion, on_delete=models.CASCADE, related_name="check_runs"
+    )
+    engine_version = models.CharField(max_length=40)
+    tokenizer_sha = models.CharField(max_length=64, blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=CheckStatus.choices, default=CheckStatus.PENDING, db_index=True
+    )
+    verdict = models.CharField(max_length=32, choices=Verdict.choices, default=Verdict.PENDING)
+    summary = models.TextField(blank=True)
+    report = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    progress = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["template_version", "engine_version", "tokenizer_sha"],
+                name="one_check_per_engine_version",
+            )
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"check {self.template_version} ({self.engine_version}): {self.verdict}"

@@ -1,0 +1,45 @@
+"""Shared test set-up. Services are real: PostgreSQL and Redis when DATABASE_URL / REDIS_URL
+are set (CI sets both), the embedded SQLite database and filesystem broker otherwise."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The Hub client reads these at import time; no test may use a token or cache of this machine.
+_HF_HOME = tempfile.mkdtemp(prefix="cachesafe-hf-")
+os.environ["HF_HOME"] = _HF_HOME
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["HF_TOKEN"] = ""
+os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DIR = REPO_ROOT.parent / "shared"
+CORPUS_DIR = SHARED_DIR / "corpus"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    if not CORPUS_DIR.is_dir():
+        pytest.fail(f"the reference corpus is missing: expected {CORPUS_DIR}")
+    return CORPUS_DIR
+
+
+@pytest.fixture
+def embedded_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Environment for a child process that uses the embedded defaults in a fresh folder."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env["CACHESAFE_VAR_DIR"] = str(tmp_path / "var")
+    env["PYTHONUNBUFFERED"] = "1"
+    yield env

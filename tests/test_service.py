@@ -1,0 +1,134 @@
+"""`make run` as a user runs it: one process tree, embedded defaults, clean errors, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, free_port
+
+pytestmark = pytest.mark.worker
+
+
+def manage(
+    *args: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_serve_runs_web_worker_and_beat_and_stops_on_ctrl_c(embedded_env: dict[str, str]) -> None:
+    port = free_port()
+    embedded_env["PORT"] = str(port)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "serve"],
+        cwd=REPO_ROOT,
+        env=embedded_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        health: dict[str, object] = {}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                status, body = get(f"{base}/healthz")
+            except OSError:
+                time.sleep(0.5)
+                continue
+            health = json.loads(body)
+            if status == 200:
+                break
+            time.sleep(1)
+        assert health.get("status") == "ok", health
+        assert health["worker"]["ok"] and health["beat"]["ok"]  # type: ignore[index]
+
+        status, page = get(f"{base}/")
+        assert status == 200
+        assert b"cachesafe-demo/chatml-tools-7b" in page
+        assert Path(embedded_env["CACHESAFE_VAR_DIR"], "cachesafe.sqlite3").is_file()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0, "the web server outlived Ctrl-C"
+
+
+def test_taken_port_is_one_clear_line(embedded_env: dict[str, str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        embedded_env["PORT"] = str(sock.getsockname()[1])
+        result = manage("serve", env=embedded_env)
+    assert result.returncode != 0
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_database_is_one_clear_line(embedded_env: dict[str, str]) -> None:
+    embedded_env["PORT"] = str(free_port())
+    embedded_env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{free_port()}/nowhere"
+    result = manage("serve", env=embedded_env)
+    assert result.returncode != 0
+    assert "Cannot connect to the database 'nowhere'" in result.stderr
+    assert "DATABASE_URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_broker_is_one_clear_line(embedded_env: dict[str, str]) -> None:
+    embedded_env["PORT"] = str(free_port())
+    embedded_env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    result = manage("serve", env=embedded_env)
+    assert result.returncode != 0
+    assert "Cannot reach Redis" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_setting_is_one_clear_line(embedded_env: dict[str, str]) -> None:
+    embedded_env["DATABASE_URL"] = "mysql://root@localhost/db"
+    result = manage("check", env=embedded_env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("configuration error: DATABASE_URL=")
+    assert "Traceback" not in result.stderr
+
+
+def test_production_guard_refuses_the_default_secret(embedded_env: dict[str, str]) -> None:
+    embedded_env["DEBUG"] = "false"
+    embedded_env.pop("SECRET_KEY", None)
+    result = manage("check", env=embedded_env)
+    assert result.returncode == 2
+    assert "SECRET_KEY" in result.stderr and "Traceback" not in result.stderr
+
+    embedded_env["SECRET_KEY"] = "x" * 50
+    assert manage("check", env=embedded_env).returncode == 0

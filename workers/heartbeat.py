@@ -1,0 +1,83 @@
+"""Worker heartbeats: each worker says it is alive every few seconds.
+
+Main workers write their row directly. The Mac probe worker has no database access, so it
+sends its heartbeat as a task that a main worker records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import threading
+from typing import Any
+
+import celery
+from celery.signals import worker_ready, worker_shutdown
+from django.db import DatabaseError, close_old_connections
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL = 15.0
+_stop = threading.Event()
+
+
+def worker_info(queues: list[str]) -> dict[str, Any]:
+    """What a worker reports about itself with every heartbeat."""
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "celery": celery.__version__,
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+    }
+    if "mlx" in queues:
+        try:
+            from workers.probe.machine import describe_machine
+        except ImportError:
+            pass
+        else:
+            info.update(describe_machine())
+    return info
+
+
+def send_heartbeat(hostname: str, queues: list[str], info: dict[str, Any]) -> None:
+    if set(queues) <= {"mlx"}:
+        from .celery import app
+
+        app.send_task(
+            "workers.record_heartbeat",
+            args=[hostname, queues, info],
+            queue="default",
+            expires=HEARTBEAT_INTERVAL * 4,
+        )
+        return
+    from .models import WorkerHeartbeat
+
+    close_old_connections()
+    WorkerHeartbeat.beat(hostname, queues, info)
+
+
+def _run(hostname: str, queues: list[str]) -> None:
+    info = worker_info(queues)
+    while not _stop.is_set():
+        try:
+            send_heartbeat(hostname, queues, info)
+        except (DatabaseError, OSError, celery.exceptions.CeleryError) as exc:
+            logger.warning("heartbeat of %s failed: %s", hostname, exc)
+        _stop.wait(HEARTBEAT_INTERVAL)
+
+
+@worker_ready.connect
+def _start_heartbeat(sender: Any, **kwargs: Any) -> None:
+    hostname = str(sender.hostname)
+    queues = sorted(sender.app.amqp.queues.consume_from.keys())
+    _stop.clear()
+    threading.Thread(
+        target=_run, args=(hostname, queues), name="cachesafe-heartbeat", daemon=True
+    ).start()
+
+
+@worker_shutdown.connect
+def _stop_heartbeat(**kwargs: Any) -> None:
+    _stop.set()

@@ -1,0 +1,52 @@
+"""The default beat schedule, written to the database once; the admin edits it from there."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models.signals import post_migrate
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    name: str
+    task: str
+    queue: str
+    every_seconds: int
+    kwargs: dict[str, Any]
+
+
+DEFAULT_SCHEDULE: list[ScheduledJob] = [
+    ScheduledJob("Forget silent workers", "workers.prune_heartbeats", "default", 86400, {}),
+]
+
+
+def ensure_default_schedule() -> int:
+    """Create the missing default periodic tasks; existing rows (maybe edited) are kept."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    created = 0
+    for job in DEFAULT_SCHEDULE:
+        interval, _ = IntervalSchedule.objects.get_or_create(
+            every=job.every_seconds, period=IntervalSchedule.SECONDS
+        )
+        _, was_created = PeriodicTask.objects.get_or_create(
+            name=job.name,
+            defaults={
+                "task": job.task,
+                "interval": interval,
+                "queue": job.queue,
+                "kwargs": json.dumps(job.kwargs),
+            },
+        )
+        created += was_created
+    return created
+
+
+@receiver(post_migrate)
+def _schedule_after_migrate(sender: Any, **kwargs: Any) -> None:
+    if getattr(sender, "name", "") == "workers":
+        ensure_default_schedule()
