@@ -1,0 +1,163 @@
+"""CacheSafe's check engine: does a chat template keep a prompt cache warm across an agent's turns?
+
+A library with no Django imports. `check_template` checks one source in the sandbox pool,
+`check_templates` checks many in parallel; both return `TemplateReport`s and use a result cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from checks.engine import ENGINE_VERSION, CheckOptions, error_report
+from checks.reports import TemplateReport
+from checks.results_cache import (
+    DirectoryResultCache,
+    MemoryResultCache,
+    ResultCache,
+    cache_key,
+)
+from checks.sandbox import SandboxError, SandboxLimits, SandboxPool, default_pool
+from checks.sources import SourceError, TemplateSource, load_source, sha256_text
+
+__all__ = [
+    "ENGINE_VERSION",
+    "CheckInput",
+    "CheckOptions",
+    "DirectoryResultCache",
+    "MemoryResultCache",
+    "ResultCache",
+    "SandboxLimits",
+    "SandboxPool",
+    "SourceError",
+    "TemplateReport",
+    "TemplateSource",
+    "check_template",
+    "check_templates",
+    "default_cache",
+]
+
+_default_cache = MemoryResultCache()
+
+
+def default_cache() -> MemoryResultCache:
+    return _default_cache
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """One thing to check: a parsed source (or why it could not be parsed) and a tokenizer."""
+
+    source: TemplateSource | None
+    file: str = ""
+    tokenizer_json: str | None = None
+    source_error: str | None = None
+    source_sha256: str = ""
+
+
+def as_input(
+    source: TemplateSource | str | Path, file: str | None, tokenizer_json: str | None
+) -> CheckInput:
+    """Accept a TemplateSource, template text, or a path (`.jinja` or a JSON config)."""
+    if isinstance(source, TemplateSource):
+        return CheckInput(source, file or source.origin, tokenizer_json)
+    if isinstance(source, Path):
+        try:
+            loaded = load_source(source)
+        except SourceError as exc:
+            sha = sha256_bytes(source)
+            return CheckInput(None, file or source.name, tokenizer_json, str(exc), sha)
+        return CheckInput(loaded, file or source.name, tokenizer_json)
+    return CheckInput(TemplateSource({"default": source}), file or "template", tokenizer_json)
+
+
+def sha256_bytes(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _source_error_report(item: CheckInput) -> TemplateReport:
+    placeholder = TemplateSource({"default": ""}, origin=item.file, sha256=item.source_sha256)
+    reason = item.source_error or "unreadable input"
+    return error_report(placeholder, item.file, reason, time.perf_counter(), None)
+
+
+def _run(
+    item: CheckInput,
+    options: CheckOptions,
+    pool: SandboxPool,
+    cache: ResultCache | None,
+    wall_seconds: float | None,
+) -> TemplateReport:
+    if item.source is None:
+        return _source_error_report(item)
+    source = item.source
+    tokenizer_sha = sha256_text(item.tokenizer_json) if item.tokenizer_json is not None else None
+    key = cache_key(
+        source.sha256, tokenizer_sha, ENGINE_VERSION, source.special_tokens, options.to_dict()
+    )
+    if cache is not None:
+        cached = cache.get(key)
+        if cached is not None:
+            return TemplateReport.from_dict({**cached, "file": item.file})
+    job = {
+        "templates": source.templates,
+        "special_tokens": source.special_tokens,
+        "origin": source.origin,
+        "sha256": source.sha256,
+        "file": item.file,
+        "options": options.to_dict(),
+        "tokenizer_json": item.tokenizer_json,
+        "tokenizer_sha256": tokenizer_sha,
+    }
+    started = time.perf_counter()
+    try:
+        answer = pool.run(job, wall_seconds)
+    except SandboxError as exc:
+        # Not cached: a timeout can be the machine's fault as much as the template's.
+        return error_report(source, item.file, str(exc), started, tokenizer_sha)
+    report = TemplateReport.from_dict(answer["report"])
+    if cache is not None:
+        cache.put(key, answer["report"])
+    return report
+
+
+def check_template(
+    source: TemplateSource | str | Path,
+    *,
+    file: str | None = None,
+    tokenizer_json: str | None = None,
+    options: CheckOptions | None = None,
+    pool: SandboxPool | None = None,
+    cache: ResultCache | None = _default_cache,
+    wall_seconds: float | None = None,
+) -> TemplateReport:
+    """Check one template source in the sandbox; never raises for a hostile or broken template."""
+    item = as_input(source, file, tokenizer_json)
+    return _run(item, options or CheckOptions(), pool or default_pool(), cache, wall_seconds)
+
+
+def check_templates(
+    items: Iterable[CheckInput | TemplateSource | Path],
+    *,
+    options: CheckOptions | None = None,
+    pool: SandboxPool | None = None,
+    cache: ResultCache | None = _default_cache,
+    wall_seconds: float | None = None,
+) -> list[TemplateReport]:
+    """Check many sources across the pool in parallel; results keep the input order."""
+    pool = pool or default_pool()
+    options = options or CheckOptions()
+    inputs: Sequence[CheckInput] = [
+        item if isinstance(item, CheckInput) else as_input(item, None, None) for item in items
+    ]
+    with ThreadPoolExecutor(max_workers=pool.size) as executor:
+        return list(
+            executor.map(lambda item: _run(item, options, pool, cache, wall_seconds), inputs)
+        )

@@ -1,0 +1,125 @@
+"""Which template line wrote which bytes, and for which message: render with instrumentation.
+
+Each chunk `Template.generate()` yields comes from one `yield` in the compiled module. Following the
+generator chain (`gi_yieldfrom`) to the innermost frame gives the Python line, which the template's
+debug info maps back to a template line. That frame's locals hold the loop variables: a value that
+*is* one of the message or tool dicts passed in names the segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from checks.rendering import RenderLimitError
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    line: int
+    segment: str
+
+
+def _innermost_frame(generator: Any) -> Any:
+    while getattr(generator, "gi_yieldfrom", None) is not None:
+        generator = generator.gi_yieldfrom
+    return getattr(generator, "gi_frame", None)
+
+
+def message_labels(messages: list[dict[str, Any]]) -> list[str]:
+    """'system', 'user 1', 'assistant 2', 'tool 1', … numbered per role from 1."""
+    counts: dict[str, int] = {}
+    labels = []
+    for message in messages:
+        role = str(message.get("role", "message"))
+        if role == "system" and "system" not in counts:
+            counts["system"] = 1
+            labels.append("system")
+            continue
+        counts[role] = counts.get(role, 0) + 1
+        labels.append(f"{role} {counts[role]}")
+    return labels
+
+
+class _Identities:
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None):
+        labels = message_labels(messages)
+        self.by_id: dict[int, str] = {}
+        for message, label in zip(messages, labels, strict=True):
+            self.by_id[id(message)] = label
+            content = message.get("content")
+            # Long strings only: short ones may be interned and shared with unrelated values.
+            if isinstance(content, str) and len(content) > 8:
+                self.by_id.setdefault(id(content), label)
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    self.by_id[id(call)] = label
+        self.tool_ids = {id(tool) for tool in tools or ()}
+        self.tool_names = [
+            str(tool.get("function", {}).get("description", ""))
+            for tool in tools or ()
+            if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        ]
+        self.keep_alive = (messages, tools)
+
+    def segment(self, frame: Any, chunk: str) -> str | None:
+        if frame is not None:
+            # Innermost loop variables come last in the compiled code's locals; prefer them.
+            for value in reversed(list(frame.f_locals.values())):
+                label = self.by_id.get(id(value))
+                if label is not None:
+                    return label
+                if id(value) in self.tool_ids:
+                    return "tools"
+        if any(name and name in chunk for name in self.tool_names):
+            return "tools"
+        return None
+
+
+def render_with_spans(
+    template: jinja2.Template,
+    context: dict[str, Any],
+    max_chars: int,
+) -> tuple[str, list[Span]]:
+    """Render like `rendering.render`, returning the text and a span per yielded chunk."""
+    messages = context["messages"]
+    identities = _Identities(messages, context.get("tools"))
+    generator = template.generate(context)
+    spans: list[Span] = []
+    parts: list[str] = []
+    position = 0
+    last_segment = "preamble"
+    seen_message = False
+    for chunk in generator:
+        if not chunk:
+            continue
+        frame = _innermost_frame(generator)
+        line = 0
+        if frame is not None and frame.f_code.co_filename == "<template>":
+            line = template.get_corresponding_lineno(frame.f_lineno)
+        segment = identities.segment(frame, chunk)
+        if segment is None:
+            segment = last_segment if seen_message else "preamble"
+        else:
+            seen_message = seen_message or segment != "tools"
+        spans.append(Span(position, position + len(chunk), line, segment))
+        last_segment = segment
+        parts.append(chunk)
+        position += len(chunk)
+        if position > max_chars:
+            raise RenderLimitError(f"output over {max_chars // (1024 * 1024)} MiB")
+    return "".join(parts), spans
+
+
+def span_at(spans: list[Span], offset: int) -> Span | None:
+    """The span holding character `offset` (or the last span when offset is the end)."""
+    if not spans:
+        return None
+    starts = [span.start for span in spans]
+    index = bisect.bisect_right(starts, offset) - 1
+    return spans[max(0, min(index, len(spans) - 1))]

@@ -1,0 +1,197 @@
+"""Compare request k with request k+1 of a session; say what breaks the prefix (CHECKS.md §1)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from checks.attribution import Span, span_at
+from checks.reports import (
+    ASSISTANT_OUTPUT,
+    GENERATION_PROMPT,
+    HISTORY,
+    TOKEN_SEAM,
+    Divergence,
+    RequestPair,
+)
+
+# A generation prompt that already closes a think block means the model will not emit reasoning.
+_CLOSED_THINKING = re.compile(r"</[^<>]*think[^<>]*>", re.IGNORECASE)
+CONTEXT_CHARS = 40
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings."""
+    if b.startswith(a):
+        return len(a)
+    low, high = 0, min(len(a), len(b))
+    # Binary search on slice equality is far faster in CPython than a character loop.
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def common_prefix_tokens(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def byte_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass
+class PairInput:
+    """What the comparison needs about one pair; the renders it may need later come lazily."""
+
+    session: str
+    index: int
+    prompt: str  # P_k: request k with the generation prompt
+    next_prompt: str  # P_k+1
+    reply: dict[str, Any]  # the assistant message the model emitted between the two
+    model_reasons: bool  # would the model emit reasoning after this generation prompt
+    history: Callable[[], str]  # B_k: request k without the generation prompt
+    spans: Callable[[], tuple[list[Span], list[Span]]]  # attribution of P_k and P_k+1
+    tokens: Callable[[str], list[int]] | None = None
+    check_tool_calls: bool = True  # False when the template never reads tool_calls
+
+
+def generation_prompt_closes_thinking(generation_prompt: str) -> bool:
+    return bool(_CLOSED_THINKING.search(generation_prompt))
+
+
+def _divergence(
+    pair: PairInput,
+    offset: int,
+    history_end: int,
+    token_index: int | None,
+) -> Divergence:
+    before_spans, after_spans = pair.spans()
+    span_before = span_at(before_spans, offset) if offset < len(pair.prompt) else None
+    span_after = span_at(after_spans, offset)
+    if offset >= len(pair.prompt):
+        segment_before = "end of request"
+    elif offset >= history_end:
+        segment_before = "generation prompt"
+    else:
+        segment_before = span_before.segment if span_before else "unknown"
+    return Divergence(
+        byte_offset=byte_length(pair.prompt[:offset]),
+        char_offset=offset,
+        token_index=token_index,
+        segment_before=segment_before,
+        segment_after=span_after.segment if span_after else "end of request",
+        lines_before=(span_before.line,) if span_before and span_before.line else (),
+        lines_after=(span_after.line,) if span_after and span_after.line else (),
+        text_before=pair.prompt[offset : offset + CONTEXT_CHARS],
+        text_after=pair.next_prompt[offset : offset + CONTEXT_CHARS],
+    )
+
+
+def _reply_check(pair: PairInput) -> tuple[str, str, int] | None:
+    """When P_k is a prefix of P_k+1: does the continuation start with the reply as emitted?
+
+    Returns (status, detail, reusable_end) for a problem, None when the reply is written back as is.
+    """
+    continuation = pair.next_prompt[len(pair.prompt) :]
+    reasoning = pair.reply.get("reasoning_content") or ""
+    content = pair.reply.get("content") or ""
+    for call in (pair.reply.get("tool_calls") or []) if pair.check_tool_calls else []:
+        name = call.get("function", {}).get("name", "")
+        if name and name not in continuation:
+            return "fail", f"the tool call to {name} is not written back into history", 0
+    start = 0
+    if pair.model_reasons and reasoning:
+        found = continuation.find(reasoning)
+        if found < 0:
+            return "fail", "the reasoning the model emitted is dropped from history", 0
+        start = found + len(reasoning)
+    if not content:
+        return None
+    found = continuation.find(content, start)
+    if found < 0:
+        stripped = content.strip()
+        if stripped and continuation.find(stripped, start) >= 0:
+            at = continuation.find(stripped, start)
+            return "warn", "history trims whitespace the model emitted around its reply", at
+        return "fail", "the reply content is not written back into history", 0
+    frame = continuation[start:found]
+    if frame and not (pair.model_reasons and reasoning):
+        shown = frame if len(frame) <= 40 else frame[:37] + "..."
+        return "warn", f"history writes {shown!r} before the reply, not part of the prompt", found
+    return None
+
+
+def compare_pair(pair: PairInput) -> RequestPair:
+    """Classify one request pair: pass, warn (assistant_output) or fail, with the divergence."""
+    prompt, nxt = pair.prompt, pair.next_prompt
+    offset = common_prefix(prompt, nxt)
+    next_bytes = byte_length(nxt)
+    prompt_tokens = next_tokens = None
+    token_index = None
+    token_share = None
+    if pair.tokens is not None:
+        prompt_tokens, next_tokens = pair.tokens(prompt), pair.tokens(nxt)
+        token_index = common_prefix_tokens(prompt_tokens, next_tokens)
+        token_share = token_index / len(next_tokens) if next_tokens else 1.0
+
+    def share(chars: int) -> float:
+        return byte_length(nxt[:chars]) / next_bytes if next_bytes else 1.0
+
+    def result(
+        status: str, cause: str | None, detail: str, divergence: Divergence | None, reusable: int
+    ) -> RequestPair:
+        return RequestPair(
+            session=pair.session,
+            index=pair.index,
+            status=status,
+            cause=cause,
+            detail=detail,
+            divergence=divergence,
+            prefix_bytes=byte_length(prompt),
+            next_bytes=next_bytes,
+            reusable_share=round(share(reusable), 4),
+            token_reusable_share=None if token_share is None else round(token_share, 4),
+        )
+
+    if offset < len(prompt):
+        history = pair.history()
+        history_end = common_prefix(history, prompt)
+        divergence = _divergence(pair, offset, history_end, token_index)
+        if offset < history_end:
+            detail = f"{divergence.segment_before} is written differently once a turn is added"
+            return result("fail", HISTORY, detail, divergence, offset)
+        detail = (
+            f"the generation prompt {prompt[history_end:]!r} is not what history writes "
+            "for that assistant turn"
+        )
+        return result("fail", GENERATION_PROMPT, detail, divergence, offset)
+    problem = _reply_check(pair)
+    if problem is not None:
+        status, detail, reply_offset = problem
+        at = len(prompt) + reply_offset
+        divergence = _divergence(pair, at if status == "warn" else len(prompt), len(prompt), None)
+        return result(status, ASSISTANT_OUTPUT, detail, divergence, at)
+    if prompt_tokens is not None and token_index is not None and token_index < len(prompt_tokens):
+        divergence = _divergence(pair, len(prompt), len(prompt), token_index)
+        detail = (
+            f"bytes match but tokens do not: token {token_index} of request {pair.index} "
+            "merges across the seam with what follows"
+        )
+        return result("fail", TOKEN_SEAM, detail, divergence, len(prompt))
+    reply_end = len(prompt)
+    content = pair.reply.get("content") or ""
+    if content:
+        found = nxt.find(content, len(prompt))
+        if found >= 0:
+            reply_end = found + len(content)
+    return result("pass", None, "", None, reply_end)

@@ -1,0 +1,414 @@
+"""A whole template check, as one sandbox worker runs it: variants × sessions × request pairs.
+
+Renders are memoized (sessions share requests) and compiled templates come from a per-process cache.
+Attribution (which line wrote which bytes) only runs for pairs that do not pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import jinja2
+
+from checks import findings, verdicts
+from checks.attribution import Span, render_with_spans
+from checks.comparison import PairInput, compare_pair, generation_prompt_closes_thinking
+from checks.conversations import SESSIONS, TOOLS, Session, with_string_arguments
+from checks.rendering import (
+    DEFAULT_MAX_OUTPUT_CHARS,
+    DEFAULT_NOW,
+    RenderLimitError,
+    TemplateCache,
+    normalize_messages,
+    render,
+    template_context,
+)
+from checks.reports import ERROR, SessionResult, TemplateReport, VariantResult
+from checks.seedcheck import run_seed_check
+from checks.sources import TemplateSource
+from checks.variants import (
+    Variant,
+    kwargs_read,
+    plan_variants,
+    reads_field,
+    thinking_kwargs,
+    writes_reasoning,
+)
+
+ENGINE_VERSION = "1.0.0"
+
+
+class FatalTemplateError(Exception):
+    """The template hit a limit or the sandbox: the whole check ends as an `error` verdict."""
+
+
+class RenderFailed(Exception):
+    """The template refused this conversation (raise_exception, undefined, type error)."""
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    now: datetime = DEFAULT_NOW
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"now": self.now.isoformat(), "max_output_chars": self.max_output_chars}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckOptions:
+        return cls(datetime.fromisoformat(data["now"]), int(data["max_output_chars"]))
+
+
+@dataclass(frozen=True)
+class RenderCall:
+    """One render the engine asks for: what the differential test replays through transformers."""
+
+    template_name: str
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None
+    add_generation_prompt: bool
+    kwargs: tuple[tuple[str, Any], ...]
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+def fatal_reason(exc: BaseException) -> str | None:
+    """Why to stop the whole check, or None when the error is the template's normal refusal."""
+    if isinstance(exc, RenderLimitError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "template recursion too deep"
+    if isinstance(exc, MemoryError):
+        return "template used more memory than the sandbox allows"
+    if isinstance(exc, jinja2.exceptions.SecurityError):
+        return f"sandbox refused unsafe access: {exc}"
+    return None
+
+
+def _key(messages: tuple[dict[str, Any], ...]) -> str:
+    return json.dumps(messages, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class ReasoningProfile:
+    writes_reasoning: bool
+    switches: tuple[str, ...]
+    reads_tool_calls: bool
+
+
+@dataclass
+class Renderer:
+    """Renders one template source under memoization, and with attribution on demand."""
+
+    source: TemplateSource
+    templates: TemplateCache
+    options: CheckOptions
+    observer: Callable[[RenderCall], None] | None = None
+    tokens: Callable[[str], list[int]] | None = None
+    profiles: dict[str, ReasoningProfile] = field(default_factory=dict)
+    _memo: dict[tuple[Any, ...], str | RenderFailed] = field(default_factory=dict)
+    renders: int = 0
+
+    def template(self, name: str) -> jinja2.Template:
+        text = self.source.templates[name]
+        return self.templates.get(f"{self.source.sha256}:{name}", text)
+
+    def context(
+        self,
+        variant: Variant,
+        messages: tuple[dict[str, Any], ...],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+    ) -> dict[str, Any]:
+        return template_context(
+            normalize_messages(list(messages)),
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens=self.source.special_tokens,
+            kwargs=variant.kwargs_dict,
+        )
+
+    def render(
+        self,
+        variant: Variant,
+        messages: tuple[dict[str, Any], ...],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+    ) -> str:
+        key = (
+            variant,
+            _key(messages),
+            tools is not None and _key(tuple(tools)),
+            add_generation_prompt,
+        )
+        cached = self._memo.get(key)
+        if cached is None:
+            if self.observer is not None:
+                self.observer(
+                    RenderCall(
+                        variant.template_name,
+                        messages,
+                        None if tools is None else tuple(tools),
+                        add_generation_prompt,
+                        variant.kwargs,
+                    )
+                )
+            self.renders += 1
+            try:
+                cached = render(
+                    self.template(variant.template_name),
+                    self.context(variant, messages, tools, add_generation_prompt),
+                    self.options.max_output_chars,
+                )
+            except Exception as exc:
+                reason = fatal_reason(exc)
+                if reason is not None:
+                    raise FatalTemplateError(reason) from exc
+                cached = RenderFailed(describe_error(exc))
+            self._memo[key] = cached
+        if isinstance(cached, RenderFailed):
+            raise cached
+        return cached
+
+    def spans(
+        self,
+        variant: Variant,
+        messages: tuple[dict[str, Any], ...],
+        tools: list[dict[str, Any]] | None,
+    ) -> list[Span]:
+        context = self.context(variant, messages, tools, True)
+        try:
+            _, spans = render_with_spans(
+                self.template(variant.template_name), context, self.options.max_output_chars
+            )
+        except Exception:  # noqa: BLE001 - rendered fine a moment ago; attribution is best effort
+            return []
+        return spans
+
+
+def _repr_leak(prompts: list[str], messages: tuple[dict[str, Any], ...]) -> bool:
+    """Did the template print dict arguments as a Python repr (unusable for the model)?"""
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            arguments = call["function"]["arguments"]
+            if isinstance(arguments, dict) and any(str(arguments) in p for p in prompts):
+                return True
+    return False
+
+
+_SWITCH = re.compile(r"^(enable_)?(thinking|reasoning)$")
+
+
+def model_reasons(renderer: Renderer, variant: Variant) -> bool:
+    """Would the model emit reasoning under this variant (before looking at the generation prompt)?
+
+    Only when the template knows about reasoning, and thinking is not switched off, explicitly or
+    because the template treats an unset switch like False.
+    """
+    profile = renderer.profiles[variant.template_name]
+    if not profile.writes_reasoning:
+        return False
+    kwargs = variant.kwargs_dict
+    for switch in profile.switches:
+        if kwargs.get(switch) is False:
+            return False
+        if switch not in kwargs:
+            probe = SESSIONS[0].messages[:2]
+            try:
+                unset = renderer.render(variant, probe, None, True)
+                off = renderer.render(
+                    Variant(variant.template_name, (*variant.kwargs, (switch, False))),
+                    probe,
+                    None,
+                    True,
+                )
+                on = renderer.render(
+                    Variant(variant.template_name, (*variant.kwargs, (switch, True))),
+                    probe,
+                    None,
+                    True,
+                )
+            except RenderFailed:
+                continue
+            if unset == off != on:
+                return False
+    return True
+
+
+def run_session(renderer: Renderer, variant: Variant, session: Session) -> SessionResult:
+    """Render every request of a session and compare each consecutive pair."""
+    tools = TOOLS if session.uses_tools else None
+    ends = session.request_ends()
+    has_calls = any(m.get("tool_calls") for m in session.messages)
+    forms = ("dict", "string") if has_calls else ("none",)
+    errors: list[str] = []
+    chosen: tuple[str, tuple[dict[str, Any], ...], list[str]] | None = None
+    for form in forms:
+        messages = with_string_arguments(session.messages) if form == "string" else session.messages
+        try:
+            prompts = [renderer.render(variant, messages[:end], tools, True) for end in ends]
+        except RenderFailed as exc:
+            errors.append(f"{form} arguments: {exc}" if has_calls else str(exc))
+            continue
+        if form == "dict" and _repr_leak(prompts, messages):
+            errors.append("dict arguments: printed as a Python repr")
+            chosen = chosen or (form, messages, prompts)
+            continue
+        chosen = (form, messages, prompts)
+        break
+    if chosen is None:
+        return SessionResult(session.name, False, forms[-1], "; ".join(errors), len(ends), ())
+    form, messages, prompts = chosen
+    reasons = model_reasons(renderer, variant)
+    pairs = []
+    for k in range(len(ends) - 1):
+        request, next_request = messages[: ends[k]], messages[: ends[k + 1]]
+        reply = messages[ends[k]]
+
+        def history(request: tuple[dict[str, Any], ...] = request) -> str:
+            try:
+                return renderer.render(variant, request, tools, False)
+            except RenderFailed:
+                return ""
+
+        def spans(
+            request: tuple[dict[str, Any], ...] = request,
+            next_request: tuple[dict[str, Any], ...] = next_request,
+        ) -> tuple[list[Span], list[Span]]:
+            return (
+                renderer.spans(variant, request, tools),
+                renderer.spans(variant, next_request, tools),
+            )
+
+        reasons_here = False
+        if reasons and reply.get("reasoning_content"):
+            generation_prompt = prompts[k][len(history()) :]
+            reasons_here = not generation_prompt_closes_thinking(generation_prompt)
+        pairs.append(
+            compare_pair(
+                PairInput(
+                    session=session.name,
+                    index=k + 1,
+                    prompt=prompts[k],
+                    next_prompt=prompts[k + 1],
+                    reply=reply,
+                    model_reasons=reasons_here,
+                    check_tool_calls=renderer.profiles[variant.template_name].reads_tool_calls,
+                    history=history,
+                    spans=spans,
+                    tokens=renderer.tokens,
+                )
+            )
+        )
+    error = "; ".join(errors) if errors and form != "dict" else None
+    return SessionResult(session.name, True, form, error, len(ends), tuple(pairs))
+
+
+def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
+    sessions = tuple(run_session(renderer, variant, session) for session in SESSIONS)
+    return VariantResult(
+        template_name=variant.template_name,
+        kwargs=variant.kwargs_dict,
+        label=variant.label,
+        verdict=verdicts.variant_verdict(sessions),
+        sessions=sessions,
+        mean_reusable_share=verdicts.mean_share(sessions),
+    )
+
+
+def error_report(
+    source: TemplateSource, file: str, reason: str, started: float, tokenizer_sha: str | None
+) -> TemplateReport:
+    return TemplateReport(
+        file=file,
+        origin=source.origin,
+        sha256=source.sha256,
+        engine_version=ENGINE_VERSION,
+        verdict=ERROR,
+        summary=f"Could not check this template: {reason}.",
+        reason=reason,
+        template_names=source.names,
+        kwargs_read=(),
+        variants=(),
+        failures=(),
+        findings=(),
+        seed_check=(),
+        tokenizer_sha256=tokenizer_sha,
+        elapsed_seconds=round(time.perf_counter() - started, 4),
+    )
+
+
+def run_check(
+    source: TemplateSource,
+    templates: TemplateCache,
+    *,
+    file: str = "",
+    options: CheckOptions | None = None,
+    tokens: Callable[[str], list[int]] | None = None,
+    tokenizer_sha: str | None = None,
+    observer: Callable[[RenderCall], None] | None = None,
+) -> TemplateReport:
+    """Check one template source in this process (the sandbox worker calls this)."""
+    started = time.perf_counter()
+    options = options or CheckOptions()
+    templates.environment.now = options.now
+    renderer = Renderer(source, templates, options, observer, tokens)
+    try:
+        asts = {name: templates.environment.parse(text) for name, text in source.templates.items()}
+        for name in source.templates:
+            renderer.template(name)
+    except jinja2.TemplateSyntaxError as exc:
+        reason = f"template syntax error at line {exc.lineno}: {exc.message}"
+        return error_report(source, file, reason, started, tokenizer_sha)
+    for name, ast in asts.items():
+        switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
+        renderer.profiles[name] = ReasoningProfile(
+            writes_reasoning(ast), switches, reads_field(ast, {"tool_calls"})
+        )
+    try:
+        variants = tuple(run_variant(renderer, v) for v in plan_variants(asts))
+        first = source.names[0]
+        seed = []
+        for variant in plan_variants({first: asts[first]}):
+
+            def seed_render(
+                messages: list[dict[str, Any]],
+                tools: list[dict[str, Any]],
+                add_generation_prompt: bool,
+                variant: Variant = variant,
+            ) -> str:
+                return renderer.render(variant, tuple(messages), tools, add_generation_prompt)
+
+            seed += run_seed_check(seed_render, variant.label)
+    except FatalTemplateError as exc:
+        return error_report(source, file, str(exc), started, tokenizer_sha)
+    drafts = [draft for ast in asts.values() for draft in findings.static_findings(ast)]
+    linked = findings.link_findings(drafts, variants)
+    verdict = verdicts.template_verdict(variants)
+    read = sorted({name for ast in asts.values() for name in kwargs_read(ast)})
+    return TemplateReport(
+        file=file,
+        origin=source.origin,
+        sha256=source.sha256,
+        engine_version=ENGINE_VERSION,
+        verdict=verdict,
+        summary=verdicts.summarize(verdict, variants),
+        reason=verdicts.error_reason(variants) if verdict == ERROR else None,
+        template_names=source.names,
+        kwargs_read=tuple(read),
+        variants=variants,
+        failures=verdicts.failure_rows(variants),
+        findings=linked,
+        seed_check=tuple(seed),
+        tokenizer_sha256=tokenizer_sha,
+        elapsed_seconds=round(time.perf_counter() - started, 4),
+    )

@@ -1,0 +1,295 @@
+"""Static findings from the template AST: patterns that can break a prompt cache, with lines.
+
+A finding is a hypothesis; `link_findings` marks it confirmed when a failing request pair's
+diverging bytes were written by one of its lines (or a session raised its message).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+
+from checks.reports import GENERATION_PROMPT, Finding, VariantResult
+
+# Loop attributes whose value for a message depends on how many messages follow it.
+_COUNT_DEPENDENT_LOOP_ATTRS = {"last", "revindex", "revindex0", "length"}
+_POSITION_LOOP_ATTRS = {"index", "index0"}
+_MARKER_NAME = re.compile(r"last|latest|final", re.IGNORECASE)
+_THINK_TEXT = re.compile(r"think|reasoning", re.IGNORECASE)
+_DATE_NAMES = {"strftime_now", "date_string", "current_date", "today", "now"}
+
+MOVING_MARKER = "moving_marker"
+LOOP_POSITION_GATING = "loop_position_gating"
+THINKING_STRIPPED = "thinking_stripped"
+THINKING_INJECTED = "thinking_injected"
+MOVED_TO_LATER_MESSAGE = "moved_to_later_message"
+DATE_DEPENDENT = "date_dependent"
+RAISES = "raise_exception"
+
+
+@dataclass(frozen=True)
+class _Draft:
+    kind: str
+    lines: tuple[int, ...]
+    message: str
+    scope: frozenset[int] = frozenset()
+
+    def covers(self, lines: Iterable[int]) -> bool:
+        return bool((self.scope | set(self.lines)) & set(lines))
+
+
+def _names(node: nodes.Node) -> set[str]:
+    found = {n.name for n in node.find_all(nodes.Name)}
+    found |= {n.attr for n in node.find_all(nodes.NSRef)}
+    return found
+
+
+def _extent(node: nodes.Node) -> frozenset[int]:
+    """The template lines a statement spans, its body included."""
+    linenos = [n.lineno for n in (node, *node.find_all(nodes.Node)) if n.lineno is not None]
+    return frozenset(range(min(linenos), max(linenos) + 1))
+
+
+def _enclosing_ifs(ast: nodes.Template, inner: nodes.Node) -> frozenset[int]:
+    scope: set[int] = set()
+    for condition in ast.find_all(nodes.If):
+        if any(n is inner for n in condition.test.find_all(type(inner))) or condition.test is inner:
+            scope |= _extent(condition)
+    return frozenset(scope)
+
+
+def _loop_attrs(node: nodes.Node) -> Iterator[nodes.Getattr]:
+    for getattr_node in node.find_all(nodes.Getattr):
+        target = getattr_node.node
+        if isinstance(target, nodes.Name) and target.name == "loop":
+            yield getattr_node
+
+
+def _is_messages_loop(node: nodes.For) -> bool:
+    return "messages" in _names(node.iter)
+
+
+def _assigned_names(node: nodes.Node) -> Iterator[tuple[str, nodes.Node]]:
+    for assign in node.find_all(nodes.Assign):
+        target = assign.target
+        if isinstance(target, nodes.Name):
+            yield target.name, assign
+        elif isinstance(target, nodes.NSRef):
+            yield target.attr, assign
+
+
+def _moving_markers(ast: nodes.Template) -> list[_Draft]:
+    markers: dict[str, list[int]] = {}
+    for name, assign in _assigned_names(ast):
+        if _MARKER_NAME.search(name) and re.search(r"index|idx|query|user|pos", name, re.I):
+            markers.setdefault(name, []).append(assign.lineno)
+    drafts = []
+    for name, lines in markers.items():
+        compares = [n for n in ast.find_all(nodes.Compare) if name in _names(n)]
+        scope: frozenset[int] = frozenset()
+        for compare in compares:
+            scope |= _enclosing_ifs(ast, compare)
+        drafts.append(
+            _Draft(
+                MOVING_MARKER,
+                tuple(sorted({n.lineno for n in compares} | set(lines))),
+                f"'{name}' marks a position counted from the end of the conversation; "
+                "a message compared against it can render differently once a turn is added",
+                scope,
+            )
+        )
+    return drafts
+
+
+def _loop_gating(ast: nodes.Template) -> list[_Draft]:
+    drafts = []
+    for loop in ast.find_all(nodes.For):
+        if not _is_messages_loop(loop):
+            continue
+        lines: set[int] = set()
+        used: set[str] = set()
+        scope: set[int] = set()
+        conditions: list[Any] = [*loop.find_all(nodes.If), *loop.find_all(nodes.CondExpr)]
+        for condition in conditions:
+            before = len(lines)
+            for attr in _loop_attrs(condition.test):
+                if (
+                    attr.attr in _COUNT_DEPENDENT_LOOP_ATTRS
+                    or attr.attr in _POSITION_LOOP_ATTRS
+                    and any(
+                        "length" in {f.name for f in c.find_all(nodes.Filter)}
+                        or any(_MARKER_NAME.search(n) for n in _names(c))
+                        for c in condition.test.find_all(nodes.Compare)
+                    )
+                ):
+                    lines.add(attr.lineno)
+                    used.add(attr.attr)
+            if len(lines) > before:
+                scope |= _extent(condition)
+        if lines:
+            attrs = ", ".join(f"loop.{name}" for name in sorted(used))
+            drafts.append(
+                _Draft(
+                    LOOP_POSITION_GATING,
+                    tuple(sorted(lines)),
+                    f"{attrs} gates output inside the messages loop (line {loop.lineno}): "
+                    "a message's bytes can depend on how many messages follow it",
+                    frozenset(scope),
+                )
+            )
+    return drafts
+
+
+def _consts(node: nodes.Node) -> Iterable[str]:
+    for const in node.find_all(nodes.Const):
+        if isinstance(const.value, str):
+            yield const.value
+
+
+def _thinking(ast: nodes.Template) -> list[_Draft]:
+    stripped: set[int] = set()
+    for call in ast.find_all(nodes.Call):
+        callee = call.node
+        method = callee.attr if isinstance(callee, nodes.Getattr) else None
+        if method in {"split", "replace", "strip", "rstrip", "lstrip"} and any(
+            _THINK_TEXT.search(value) for arg in call.args for value in _consts(arg)
+        ):
+            stripped.add(call.lineno)
+    injected: set[int] = set()
+    injected_scope: set[int] = set()
+    for condition in ast.find_all(nodes.If):
+        test_names = _names(condition.test)
+        if not ({"enable_thinking", "add_generation_prompt"} & test_names):
+            continue
+        for output in condition.find_all(nodes.Output):
+            for child in output.nodes:
+                texts = [child.data] if isinstance(child, nodes.TemplateData) else _consts(child)
+                if any("<think" in text or "</think" in text for text in texts):
+                    injected.add(child.lineno)
+                    injected_scope |= _extent(condition)
+    drafts = []
+    if stripped:
+        drafts.append(
+            _Draft(
+                THINKING_STRIPPED,
+                tuple(sorted(stripped)),
+                "reasoning is cut out of assistant content (split/strip on a think tag): "
+                "earlier turns can lose the reasoning the model emitted",
+                frozenset(stripped),
+            )
+        )
+    if injected:
+        drafts.append(
+            _Draft(
+                THINKING_INJECTED,
+                tuple(sorted(injected)),
+                "a think tag is written depending on enable_thinking or the generation prompt: "
+                "the generation prompt may not match the turn once it is history",
+                frozenset(injected_scope),
+            )
+        )
+    return drafts
+
+
+def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
+    drafts = []
+    for loop in ast.find_all(nodes.For):
+        if not _is_messages_loop(loop):
+            continue
+        for condition in loop.find_all(nodes.If):
+            gated = {a.attr for a in _loop_attrs(condition.test)} & _COUNT_DEPENDENT_LOOP_ATTRS
+            marker = any(_MARKER_NAME.search(n) for n in _names(condition.test))
+            if not (gated or marker):
+                continue
+            body_names: set[str] = set()
+            for child in condition.body:
+                body_names |= _names(child)
+            moved = sorted(
+                name for name in body_names if name == "tools" or "system" in name.lower()
+            )
+            if moved:
+                drafts.append(
+                    _Draft(
+                        MOVED_TO_LATER_MESSAGE,
+                        (condition.lineno,),
+                        f"{', '.join(moved)} rendered next to the last message (line "
+                        f"{condition.lineno}): it moves every time a turn is added",
+                        _extent(condition),
+                    )
+                )
+    return drafts
+
+
+def _dates(ast: nodes.Template) -> list[_Draft]:
+    lines = sorted({n.lineno for n in ast.find_all(nodes.Name) if n.name in _DATE_NAMES})
+    if not lines:
+        return []
+    return [
+        _Draft(
+            DATE_DEPENDENT,
+            tuple(lines),
+            "the prompt includes the current date: the cached prefix expires every day",
+        )
+    ]
+
+
+def _raises(ast: nodes.Template) -> list[_Draft]:
+    drafts = []
+    for call in ast.find_all(nodes.Call):
+        if isinstance(call.node, nodes.Name) and call.node.name == "raise_exception":
+            text = " ".join(value for arg in call.args for value in _consts(arg)).strip()
+            drafts.append(_Draft(RAISES, (call.lineno,), text or "raises on some inputs"))
+    return drafts
+
+
+def static_findings(ast: nodes.Template) -> list[_Draft]:
+    """All static patterns in a parsed template, in source order."""
+    drafts = [
+        *_moving_markers(ast),
+        *_loop_gating(ast),
+        *_thinking(ast),
+        *_moved_blocks(ast),
+        *_dates(ast),
+        *_raises(ast),
+    ]
+    return sorted(drafts, key=lambda d: (d.lines[:1], d.kind))
+
+
+def parse(environment: jinja2.Environment, text: str) -> nodes.Template:
+    return environment.parse(text)
+
+
+def link_findings(drafts: list[_Draft], variants: tuple[VariantResult, ...]) -> tuple[Finding, ...]:
+    """Confirm each finding from the dynamic results, or mark it not observed."""
+    findings = []
+    for draft in drafts:
+        evidence: list[str] = []
+        for variant in variants:
+            for session in variant.sessions:
+                if draft.kind == RAISES:
+                    if session.error and draft.message and draft.message[:40] in session.error:
+                        evidence.append(f"{variant.label}: {session.session} raises")
+                    continue
+                for pair in session.pairs:
+                    div = pair.divergence
+                    if pair.status == "pass" or div is None:
+                        continue
+                    # Dropped reasoning shows where content is written, not where it was split.
+                    by_cause = (draft.kind == THINKING_STRIPPED and "reasoning" in pair.detail) or (
+                        draft.kind == THINKING_INJECTED and pair.cause == GENERATION_PROMPT
+                    )
+                    if by_cause or draft.covers(div.lines_before + div.lines_after):
+                        evidence.append(f"{variant.label}: {session.session} pair {pair.index}")
+        if draft.kind == DATE_DEPENDENT:
+            status = "informational"
+        else:
+            status = "confirmed" if evidence else "not_observed"
+        findings.append(
+            Finding(draft.kind, draft.lines, draft.message, status, tuple(dict.fromkeys(evidence)))
+        )
+    return tuple(findings)

@@ -1,0 +1,256 @@
+"""Render chat templates exactly as transformers 5.x `apply_chat_template` does, inside limits.
+
+The environment mirrors `transformers/utils/chat_template_utils.py`
+(`_cached_compile_jinja_template`) and the input normalization of `apply_chat_template` +
+`render_jinja_template`. transformers itself is only a test dependency:
+`tests/checks/test_rendering.py` proves the two agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
+import jinja2.utils
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# Message fields a model's reasoning is passed under; transformers aliases them all.
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+# The clock `strftime_now` reads unless the caller pins another one: a check must not change daily.
+DEFAULT_NOW = datetime(2026, 1, 15, 9, 30, 0)
+
+DEFAULT_MAX_OUTPUT_CHARS = 4 * 1024 * 1024
+# Strings and lists a template builds with `*`, `**` or `+` may not exceed this many items.
+DEFAULT_MAX_VALUE_ITEMS = 4 * 1024 * 1024
+
+
+class RenderLimitError(Exception):
+    """A template tried to produce more than a limit allows (output flood, string bomb)."""
+
+
+class GenerationExtension(jinja2.ext.Extension):
+    """`{% generation %}…{% endgeneration %}` renders its body, like transformers' tracker."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.CallBlock:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_generation_support")
+        block = jinja2.nodes.CallBlock(call, [], [], body)
+        block.set_lineno(lineno)
+        return block
+
+    def _generation_support(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+class TemplateDict:
+    """transformers 5.x `dict` global: `fromkeys`, nothing to reach CPython through."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class TemplateNamespace(jinja2.utils.Namespace):
+    """transformers 5.x `namespace` global: rejects underscore-prefixed attribute names."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - Jinja's own signature trick
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace, "
+                f"but got {name!r}. Please rename the attribute."
+            )
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _sized(value: Any) -> int | None:
+    return len(value) if isinstance(value, str | list | tuple) else None
+
+
+class CheckEnvironment(ImmutableSandboxedEnvironment):
+    """The transformers sandbox, plus refusal of huge values before they are built."""
+
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def __init__(self, now: datetime = DEFAULT_NOW, max_value_items: int = DEFAULT_MAX_VALUE_ITEMS):
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[GenerationExtension, jinja2.ext.loopcontrols],
+        )
+        self.now = now
+        self.max_value_items = max_value_items
+        self.filters["tojson"] = _tojson
+        self.globals["raise_exception"] = _raise_exception
+        # Reads self.now at call time, so one environment serves checks pinned to different clocks.
+        self.globals["strftime_now"] = lambda fmt: self.now.strftime(fmt)
+        self.globals["dict"] = TemplateDict()
+        self.globals["namespace"] = TemplateNamespace
+
+    def call_binop(
+        self, context: jinja2.runtime.Context, operator_: str, left: Any, right: Any
+    ) -> Any:
+        limit = self.max_value_items
+        if operator_ == "*":
+            for seq, count in ((left, right), (right, left)):
+                size = _sized(seq)
+                if size is not None and isinstance(count, int) and size * count > limit:
+                    raise RenderLimitError(
+                        f"template tried to build a value of {size * count} items with '*' "
+                        f"(limit {limit})"
+                    )
+            return operator.mul(left, right)
+        if operator_ == "**":
+            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
+                bits = right * math.log2(abs(left))
+                if bits > 8 * limit:
+                    raise RenderLimitError(f"template tried to compute a {int(bits)}-bit number")
+            return operator.pow(left, right)
+        left_size, right_size = _sized(left), _sized(right)
+        if left_size is not None and right_size is not None and left_size + right_size > limit:
+            raise RenderLimitError(
+                f"template tried to build a value of {left_size + right_size} items with '+' "
+                f"(limit {limit})"
+            )
+        return operator.add(left, right)
+
+
+def compile_template(environment: CheckEnvironment, text: str) -> jinja2.Template:
+    """Compile template text; raises jinja2.TemplateSyntaxError on bad syntax."""
+    return environment.from_string(text)
+
+
+class TemplateCache:
+    """An LRU of compiled templates keyed by sha256, so each compiles once per process."""
+
+    def __init__(self, environment: CheckEnvironment, size: int = 256) -> None:
+        self.environment = environment
+        self.size = size
+        self.compilations = 0
+        self._templates: OrderedDict[str, jinja2.Template] = OrderedDict()
+
+    def get(self, sha256: str, text: str) -> jinja2.Template:
+        template = self._templates.get(sha256)
+        if template is not None:
+            self._templates.move_to_end(sha256)
+            return template
+        template = compile_template(self.environment, text)
+        self.compilations += 1
+        self._templates[sha256] = template
+        if len(self._templates) > self.size:
+            self._templates.popitem(last=False)
+        return template
+
+
+def plain_data(value: Any) -> Any:
+    """Rebuild a value out of plain JSON types, as transformers' `_plain_template_data` does."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {plain_data(key): plain_data(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_data(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(plain_data(item) for item in value)
+    return f"<{type(value).__name__}>"
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop None-valued keys and alias reasoning fields, as transformers 5.x does."""
+    normalized = []
+    for message in messages:
+        plain = plain_data({k: v for k, v in message.items() if v is not None})
+        reasoning = next(
+            (plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None
+        )
+        if reasoning is not None:
+            plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
+        normalized.append(plain)
+    return normalized
+
+
+def template_context(
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    special_tokens: Mapping[str, str],
+    kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The variables a template sees: special tokens first, then kwargs, which win over them."""
+    extra = plain_data({**special_tokens, **kwargs})
+    return {
+        "messages": messages,
+        "tools": plain_data(tools),
+        "documents": None,
+        "add_generation_prompt": add_generation_prompt,
+        **extra,
+    }
+
+
+def generate_limited(
+    template: jinja2.Template, context: dict[str, Any], max_chars: int
+) -> Iterator[str]:
+    """Yield the template's output chunks, aborting once more than `max_chars` were produced."""
+    produced = 0
+    for chunk in template.generate(context):
+        produced += len(chunk)
+        if produced > max_chars:
+            raise RenderLimitError(f"output over {max_chars // (1024 * 1024)} MiB")
+        yield chunk
+
+
+def render(
+    template: jinja2.Template,
+    context: dict[str, Any],
+    max_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+) -> str:
+    """Render a prepared context (see `template_context`) within the output limit."""
+    return "".join(generate_limited(template, context, max_chars))

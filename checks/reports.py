@@ -1,0 +1,191 @@
+"""Typed, frozen results of a check; each converts to and from JSON (Django stores it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar, Union
+
+JSONValue = Any
+R = TypeVar("R", bound="Record")
+
+# Verdicts, per template and per variant.
+SAFE = "safe"
+UNSAFE = "unsafe"
+SAFE_WHERE_RENDERABLE = "safe_where_renderable"
+ERROR = "error"
+VERDICTS = (SAFE, UNSAFE, SAFE_WHERE_RENDERABLE, ERROR)
+
+# Causes of a failing request pair (CHECKS.md §1), plus the token-only seam.
+HISTORY = "history"
+GENERATION_PROMPT = "generation_prompt"
+ASSISTANT_OUTPUT = "assistant_output"
+TOKEN_SEAM = "token_seam"
+CAUSES = (HISTORY, GENERATION_PROMPT, ASSISTANT_OUTPUT, TOKEN_SEAM)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    """Rebuild a value of type `hint` from its JSON form."""
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return _convert(options[0], value) if len(options) == 1 else value
+    if origin is tuple:
+        (item_hint, *_) = typing.get_args(hint)
+        return tuple(_convert(item_hint, item) for item in value)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value)
+    return value
+
+
+def _plain(value: Any) -> JSONValue:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+class Record:
+    """Mixin for frozen dataclasses: `to_dict()` gives JSON types, `from_dict()` rebuilds."""
+
+    _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        }
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, JSONValue]) -> R:
+        hints = Record._hints.get(cls)
+        if hints is None:
+            hints = Record._hints[cls] = typing.get_type_hints(cls)
+        kwargs = {
+            f.name: _convert(hints[f.name], data[f.name])
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.name in data
+        }
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Divergence(Record):
+    """Where two renders first differ, and who wrote the differing bytes in each."""
+
+    byte_offset: int
+    char_offset: int
+    token_index: int | None
+    segment_before: str
+    segment_after: str
+    lines_before: tuple[int, ...]
+    lines_after: tuple[int, ...]
+    text_before: str
+    text_after: str
+
+
+@dataclass(frozen=True)
+class RequestPair(Record):
+    """Request k and request k+1 of a session: is k's render (plus the reply) a prefix of k+1's?"""
+
+    session: str
+    index: int
+    status: str  # "pass", "warn" (reported, not breaking) or "fail"
+    cause: str | None
+    detail: str
+    divergence: Divergence | None
+    prefix_bytes: int
+    next_bytes: int
+    reusable_share: float
+    token_reusable_share: float | None = None
+
+
+@dataclass(frozen=True)
+class SessionResult(Record):
+    session: str
+    rendered: bool
+    arguments_form: str  # "dict", "string" or "none" when the session has no tool calls
+    error: str | None
+    requests: int
+    pairs: tuple[RequestPair, ...]
+
+
+@dataclass(frozen=True)
+class VariantResult(Record):
+    """One setting of the template: which named template and which chat_template_kwargs."""
+
+    template_name: str
+    kwargs: dict[str, JSONValue]
+    label: str
+    verdict: str
+    sessions: tuple[SessionResult, ...]
+    mean_reusable_share: float | None
+
+
+@dataclass(frozen=True)
+class Finding(Record):
+    """A pattern in the template source, and whether the renders confirmed it."""
+
+    kind: str
+    lines: tuple[int, ...]
+    message: str
+    status: str  # "confirmed", "not_observed" or "informational"
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SeedShapeResult(Record):
+    """One shape of the blog post's literal five-shape check."""
+
+    shape: str
+    variant: str
+    status: str  # "ok", "fail" or "error"
+    classification: str | None
+    byte_offset: int | None
+    prev_bytes: int
+    full_bytes: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Failure(Record):
+    """One flattened row per non-passing request pair, for tables and the CLI's JSON."""
+
+    variant: str
+    session: str
+    request_index: int
+    status: str
+    cause: str
+    byte_offset: int | None
+    token_index: int | None
+    segment: str | None
+    template_lines: tuple[int, ...]
+    detail: str
+
+
+@dataclass(frozen=True)
+class TemplateReport(Record):
+    """Everything the engine found about one chat template source."""
+
+    file: str
+    origin: str
+    sha256: str
+    engine_version: str
+    verdict: str
+    summary: str
+    reason: str | None
+    template_names: tuple[str, ...]
+    kwargs_read: tuple[str, ...]
+    variants: tuple[VariantResult, ...]
+    failures: tuple[Failure, ...]
+    findings: tuple[Finding, ...]
+    seed_check: tuple[SeedShapeResult, ...]
+    tokenizer_sha256: str | None = None
+    elapsed_seconds: float = 0.0

@@ -1,0 +1,212 @@
+"""A pool of long-lived sandbox processes running template checks under wall, memory, CPU limits.
+
+Plain `subprocess` children speaking JSON lines, not multiprocessing: Celery prefork children are
+daemonic and may not start multiprocessing children. A worker that overruns its wall time, dies or
+runs out of memory is killed and replaced; the job becomes an `error` verdict with the reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_seconds: float = 5.0
+    memory_bytes: int = GIB
+
+
+class SandboxError(Exception):
+    """A job could not finish in the sandbox; the message is the user-facing reason."""
+
+
+class _Worker:
+    def __init__(self, limits: SandboxLimits) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p
+        )
+        env["CHECKS_SANDBOX_MEMORY"] = str(limits.memory_bytes)
+        # One thread each: fewer arenas under RLIMIT_AS, and the pool is the parallelism.
+        env.update(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "checks.sandbox_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+        self._buffer = b""
+
+    def wait_ready(self, seconds: float) -> bool:
+        """The worker prints one line once its imports are done; its jobs' clocks start after."""
+        answer = self._read_line(time.monotonic() + seconds)
+        return answer is not None and bool(answer.get("ready"))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def request(self, job: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        """Send a job and wait for its answer; None when the deadline passed or the worker died."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(job).encode() + b"\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        return self._read_line(deadline)
+
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _death_reason(returncode: int | None, limits: SandboxLimits) -> str:
+    if returncode is not None and returncode < 0:
+        number = -returncode
+        if number == signal.SIGXCPU:
+            return f"render exceeded its CPU budget of {limits.wall_seconds:g} s"
+        if number in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT):
+            return f"sandbox process died (signal {number}), likely past {_gib(limits)} of memory"
+        return f"sandbox process died (signal {number})"
+    return f"sandbox process exited unexpectedly (code {returncode})"
+
+
+def _gib(limits: SandboxLimits) -> str:
+    return f"{limits.memory_bytes / GIB:g} GiB"
+
+
+class SandboxPool:
+    """Long-lived sandbox workers shared by threads; `run` blocks until a worker is free."""
+
+    def __init__(self, size: int | None = None, limits: SandboxLimits | None = None) -> None:
+        self.size = max(1, size or os.cpu_count() or 1)
+        self.limits = limits or SandboxLimits()
+        self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._closed = False
+        self.restarts = 0
+        for _ in range(self.size):
+            # Placeholders: workers start on first use, so an unused pool costs nothing.
+            self._idle.put(None)
+        atexit.register(self.close)
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self.limits)
+        if not worker.wait_ready(_STARTUP_SECONDS):
+            worker.kill()
+            raise SandboxError("sandbox process did not start")
+        with self._lock:
+            self._workers.append(worker)
+        return worker
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            if worker in self._workers:
+                self._workers.remove(worker)
+            self.restarts += 1
+
+    def run(self, job: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
+        """Run one job on a free worker; raises SandboxError with the reason if it cannot finish."""
+        if self._closed:
+            raise SandboxError("sandbox pool is closed")
+        wall = wall_seconds or self.limits.wall_seconds
+        worker = self._idle.get()
+        try:
+            if worker is None or not worker.alive():
+                worker = self._spawn()
+            answer = worker.request({**job, "cpu_seconds": wall + 1}, time.monotonic() + wall)
+            if answer is None:
+                returncode = worker.process.poll()
+                self._discard(worker)
+                worker = None
+                if returncode is None:
+                    raise SandboxError(f"render exceeded {wall:g} s")
+                raise SandboxError(_death_reason(returncode, self.limits))
+            if answer.get("exit"):
+                self._discard(worker)
+                worker = None
+                if "memory" in str(answer.get("error", "")):
+                    raise SandboxError(f"template used more than {_gib(self.limits)} of memory")
+            if not answer.get("ok"):
+                raise SandboxError(str(answer.get("error", "sandbox error")))
+            return answer
+        finally:
+            self._idle.put(worker)
+
+    def close(self) -> None:
+        """Stop every worker; safe to call twice (atexit calls it too)."""
+        self._closed = True
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close()
+
+
+# Starting a worker (interpreter, imports) is not the template's time; a busy host can be slow.
+_STARTUP_SECONDS = 30.0
+
+_default_pool: SandboxPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> SandboxPool:
+    """The process-wide pool, started on first use and stopped at exit."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None or _default_pool._closed:
+            _default_pool = SandboxPool()
+        return _default_pool

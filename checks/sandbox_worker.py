@@ -1,0 +1,118 @@
+"""A long-lived sandbox process: reads check jobs as JSON lines on stdin, answers on stdout.
+
+Started by `checks.sandbox.SandboxPool` with `python -m checks.sandbox_worker`. It caps its own
+address space (RLIMIT_AS) and, per job, its CPU time (RLIMIT_CPU), compiles each template once
+(LRU by sha256) and runs a whole template check per round-trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import IO, Any
+
+from checks.engine import CheckOptions, run_check
+from checks.rendering import CheckEnvironment, TemplateCache
+from checks.sources import TemplateSource
+
+Encoder = Callable[[str], list[int]]
+
+
+class TokenizerCache:
+    """Tokenizers by sha256 of their tokenizer.json; `tokenizers` is imported only when needed."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._encoders: OrderedDict[str, Encoder] = OrderedDict()
+
+    def get(self, sha256: str, text: str) -> Encoder:
+        encoder = self._encoders.get(sha256)
+        if encoder is None:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_str(text)
+
+            def encoder(value: str) -> list[int]:
+                return list(tokenizer.encode(value, add_special_tokens=False).ids)
+
+            self._encoders[sha256] = encoder
+            if len(self._encoders) > self.size:
+                self._encoders.popitem(last=False)
+        return encoder
+
+
+def limit_memory(max_bytes: int) -> None:
+    if max_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+
+
+def limit_cpu(seconds: float) -> None:
+    """Allow this job `seconds` of CPU from now: the kernel kills a job that loops past it."""
+    if seconds <= 0:
+        return
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = int(spent + seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerCache) -> Any:
+    source = TemplateSource(
+        dict(job["templates"]),
+        dict(job["special_tokens"]),
+        origin=job["origin"],
+        sha256=job["sha256"],
+    )
+    encoder = None
+    if job.get("tokenizer_json") is not None:
+        encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])
+    report = run_check(
+        source,
+        templates,
+        file=job["file"],
+        options=CheckOptions.from_dict(job["options"]),
+        tokens=encoder,
+        tokenizer_sha=job.get("tokenizer_sha256"),
+    )
+    return {"ok": True, "report": report.to_dict(), "compilations": templates.compilations}
+
+
+def serve(stdin: IO[str], stdout: IO[str]) -> None:
+    templates = TemplateCache(CheckEnvironment())
+    tokenizers = TokenizerCache()
+    stdout.write(json.dumps({"ready": True}) + "\n")
+    stdout.flush()
+    for line in stdin:
+        job = json.loads(line)
+        limit_cpu(float(job.get("cpu_seconds", 0)))
+        try:
+            answer = handle(job, templates, tokenizers)
+        except MemoryError:
+            # Memory may be fragmented past use: answer, then let the parent start a fresh worker.
+            answer = {"ok": False, "error": "template used more memory than allowed", "exit": True}
+        except RecursionError:
+            answer = {"ok": False, "error": "template recursion too deep"}
+        except Exception as exc:  # noqa: BLE001 - any failure becomes an error verdict upstream
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+        if answer.get("exit"):
+            return
+
+
+def main() -> None:
+    limit_memory(int(os.environ.get("CHECKS_SANDBOX_MEMORY", "0")))
+    # Deep but bounded recursion: a runaway macro hits RecursionError, not a C stack overflow.
+    sys.setrecursionlimit(3000)
+    serve(sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
