@@ -122,6 +122,8 @@ def sqlite_database(file: Path) -> dict[str, Any]:
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         },
+        # A file, not memory, so worker processes started by the tests share the test database.
+        "TEST": {"NAME": str(file.with_name(f"test_{file.name}"))},
     }
 
 

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# The Hub client reads these at import time; no test may use a token or cache of this machine.
-_HF_HOME = tempfile.mkdtemp(prefix="cachesafe-hf-")
-os.environ["HF_HOME"] = _HF_HOME
-os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-os.environ["HF_TOKEN"] = ""
-os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DIR = REPO_ROOT.parent / "shared"
