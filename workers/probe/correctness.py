@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from workers.probe.library_path import ModelRunner, ServedRequest, cache_bytes, cache_layers
+from workers.probe.library_path import ModelRunner, ReplyPlan, ServedRequest, cache_layers
 from workers.probe.rendering import RenderedPrompt, common_prefix
 
 #: Max |warm - cold| log-probability over the cold top tokens, in nats. A wrong cache measured
@@ -70,14 +70,7 @@ class SuffixOnlyClient:
         self.last_layers: list[dict[str, Any]] = []
         self.trim_returned: list[int] = []
 
-    def serve(
-        self,
-        prompt: RenderedPrompt,
-        *,
-        forced: list[int] | None = None,
-        max_reply_tokens: int = 8,
-        store: bool = True,
-    ) -> ServedRequest:
+    def serve(self, prompt: RenderedPrompt, plan: ReplyPlan, store: bool = True) -> ServedRequest:
         """Serve like a naive client; with `store=False` the held cache is left untouched."""
         import copy
 
@@ -99,8 +92,7 @@ class SuffixOnlyClient:
         logprobs = self.runner.step(cache, tokens[-1:])
         served = ServedRequest(len(tokens), reused, time.perf_counter() - tic, logprobs)
         if store:
-            served.reply = self.runner.finish_reply(cache, logprobs, forced, max_reply_tokens)
-            served.kv_bytes = cache_bytes(cache)
+            self.runner.finish(cache, served, plan)
             self.last_layers = cache_layers(cache)
             self.cache, self.held = cache, tokens + served.reply
         return served

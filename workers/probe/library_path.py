@@ -21,6 +21,14 @@ PREFILL_STEP_SIZE = 2048
 PROMPT_CACHE_SIZE = 64
 
 
+@dataclass(frozen=True)
+class ReplyPlan:
+    """What the engine emits after a request: forced tokens, or up to `max_tokens` greedy ones."""
+
+    forced: list[int] | None = None
+    max_tokens: int = 8
+
+
 @dataclass
 class ServedRequest:
     """What one request cost and what the engine reused for it."""
@@ -94,24 +102,22 @@ class ModelRunner:
         logprobs = self.step(cache, tokens[-1:])
         return time.perf_counter() - tic, logprobs
 
-    def finish_reply(
-        self, cache: list[Any], first: Any, forced: list[int] | None, max_tokens: int
-    ) -> list[int]:
+    def finish(self, cache: list[Any], served: ServedRequest, plan: ReplyPlan) -> None:
         """Put the reply into the cache, as generation would: every emitted token is fed."""
         import mlx.core as mx
 
-        if forced is not None:
-            if forced:
-                self.prefill(cache, forced)
-            return list(forced)
-        reply: list[int] = []
-        logprobs = first
-        while True:
-            token = int(cast(int, mx.argmax(logprobs).item()))
-            reply.append(token)
-            logprobs = self.step(cache, [token])
-            if token in self.eos or len(reply) >= max_tokens:
-                return reply
+        if plan.forced is not None:
+            self.prefill(cache, plan.forced)
+            served.reply = list(plan.forced)
+        else:
+            logprobs = served.logprobs
+            while len(served.reply) < plan.max_tokens:
+                token = int(cast(int, mx.argmax(logprobs).item()))
+                served.reply.append(token)
+                logprobs = self.step(cache, [token])
+                if token in self.eos:
+                    break
+        served.kv_bytes = cache_bytes(cache)
 
 
 class LibraryEngine:
@@ -132,14 +138,7 @@ class LibraryEngine:
     def name(self) -> str:
         return "library_checkpoints" if self.checkpoints else "library"
 
-    def serve(
-        self,
-        prompt: RenderedPrompt,
-        *,
-        forced: list[int] | None = None,
-        max_reply_tokens: int = 8,
-        store: bool = True,
-    ) -> ServedRequest:
+    def serve(self, prompt: RenderedPrompt, plan: ReplyPlan, store: bool = True) -> ServedRequest:
         """Serve one request; with `store=False` nothing is inserted (a timing repeat)."""
         tokens = prompt.tokens
         tic = time.perf_counter()
@@ -165,8 +164,7 @@ class LibraryEngine:
         ttft = time.perf_counter() - tic
         served = ServedRequest(len(tokens), reused, ttft, logprobs, note=note)
         if store:
-            served.reply = self.runner.finish_reply(cache, logprobs, forced, max_reply_tokens)
-            served.kv_bytes = cache_bytes(cache)
+            self.runner.finish(cache, served, plan)
             self.last_layers = cache_layers(cache)
             self.lru.insert_cache(self.model_key, tokens + served.reply, cache)
         return served

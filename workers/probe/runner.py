@@ -30,7 +30,7 @@ from workers.probe.reports import (
 
 if TYPE_CHECKING:
     from workers.probe.correctness import LogprobComparison
-    from workers.probe.library_path import ModelRunner, ServedRequest
+    from workers.probe.library_path import ModelRunner, ReplyPlan, ServedRequest
     from workers.probe.rendering import ChatRequest, RenderedPrompt
 
 LIBRARY_PATHS = ("library", "library_checkpoints", "suffix_only_client")
@@ -318,7 +318,7 @@ def _library_run(
     import mlx.core as mx
 
     from workers.probe.correctness import SuffixOnlyClient, compare_logprobs
-    from workers.probe.library_path import LibraryEngine
+    from workers.probe.library_path import LibraryEngine, ReplyPlan
     from workers.probe.rendering import common_prefix
 
     tic = time.perf_counter()
@@ -332,12 +332,10 @@ def _library_run(
     result.predicted_source = "job" if any(p is not None for p in prep.predicted) else "probe"
     keys: list[list[int]] = []
     for k, prompt in enumerate(prep.prompts):
-        forced = prep.forced[k] if mode == "forced" else None
+        plan = ReplyPlan(prep.forced[k] if mode == "forced" else None, settings.max_reply_tokens)
 
-        def serve(store: bool, prompt: RenderedPrompt = prompt, forced: Any = forced) -> Any:
-            return engine.serve(
-                prompt, forced=forced, max_reply_tokens=settings.max_reply_tokens, store=store
-            )
+        def serve(store: bool, prompt: RenderedPrompt = prompt, plan: ReplyPlan = plan) -> Any:
+            return engine.serve(prompt, plan, store)
 
         served, warm_ms = _timed(serve, settings.repeats if k else 1)
         if k:
@@ -363,9 +361,7 @@ def _library_run(
     last = len(prep.prompts) - 1
 
     def repeat(store: bool) -> Any:
-        return engine.serve(
-            prep.prompts[last], max_reply_tokens=settings.max_reply_tokens, store=store
-        )
+        return engine.serve(prep.prompts[last], ReplyPlan(None, settings.max_reply_tokens), store)
 
     served, warm_ms = _timed(repeat, settings.repeats)
     check = compare_logprobs(prep.cold_logprobs[last], served.logprobs, settings.threshold)
