@@ -87,8 +87,6 @@ def fatal_reason(exc: BaseException) -> str | None:
         return str(exc)
     if isinstance(exc, RecursionError):
         return "template recursion too deep"
-    if isinstance(exc, MemoryError):
-        return "template used more memory than the sandbox allows"
     if isinstance(exc, jinja2.exceptions.SecurityError):
         return f"sandbox refused unsafe access: {exc}"
     return None
@@ -169,6 +167,9 @@ class Renderer:
                     self.context(variant, messages, tools, add_generation_prompt),
                     self.options.max_output_chars,
                 )
+            except MemoryError:
+                # The sandbox worker answers this one: it knows the limit and must restart.
+                raise
             except Exception as exc:
                 reason = fatal_reason(exc)
                 if reason is not None:

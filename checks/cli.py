@@ -1,0 +1,138 @@
+"""`python -m checks PATH... [--tokenizer FILE] [--json]`: check templates from the command line.
+
+PATH is a `.jinja` file, a `tokenizer_config.json` (or `chat_template.json`), a model repository
+directory (template precedence as in transformers), or a directory of such files. Exit status is 0
+whatever the verdicts, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from checks import (
+    ENGINE_VERSION,
+    CheckInput,
+    CheckOptions,
+    DirectoryResultCache,
+    MemoryResultCache,
+    ResultCache,
+    SandboxLimits,
+    SandboxPool,
+    TemplateReport,
+    as_input,
+    check_templates,
+)
+from checks.sources import SourceError, decode_text, load_repository
+
+_REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m checks",
+        description="Does a chat template keep a prompt cache warm across an agent's turns?",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path)
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer.json for token-level checks")
+    parser.add_argument("--json", action="store_true", help="print {'results': [...]} as JSON")
+    parser.add_argument("--cache-dir", type=Path, help="keep results here across runs")
+    parser.add_argument("--timeout", type=float, default=5.0, help="wall seconds per template")
+    parser.add_argument("--version", action="version", version=f"checks {ENGINE_VERSION}")
+    return parser
+
+
+def _read_tokenizer(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return decode_text(path.read_bytes(), path.name)
+    except (OSError, SourceError) as exc:
+        raise UsageError(f"cannot read tokenizer {path}: {exc}") from exc
+
+
+def _is_repository(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in _REPOSITORY_FILES)
+
+
+def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[CheckInput]:
+    """Turn command-line paths into check inputs; a missing path is a usage error."""
+    items: list[CheckInput] = []
+    for path in paths:
+        if path.is_dir():
+            if _is_repository(path):
+                tokenizer = tokenizer_json
+                if tokenizer is None and (path / "tokenizer.json").is_file():
+                    tokenizer = _read_tokenizer(path / "tokenizer.json")
+                try:
+                    items.append(CheckInput(load_repository(path), str(path), tokenizer))
+                except (SourceError, OSError) as exc:
+                    items.append(CheckInput(None, str(path), tokenizer, str(exc)))
+                continue
+            files = sorted(
+                p for p in path.iterdir() if p.is_file() and p.suffix in (".jinja", ".json")
+            )
+            items += [_file_input(p, tokenizer_json) for p in files]
+        elif path.is_file():
+            items.append(_file_input(path, tokenizer_json))
+        else:
+            raise UsageError(f"no such file or directory: {path}")
+    return items
+
+
+def _file_input(path: Path, tokenizer_json: str | None) -> CheckInput:
+    item = as_input(path, str(path), tokenizer_json)
+    return CheckInput(item.source, str(path), tokenizer_json, item.source_error, item.source_sha256)
+
+
+def print_table(reports: Sequence[TemplateReport], out: IO[str]) -> None:
+    width = max([len(Path(r.file).name) for r in reports] + [8])
+    out.write(f"{'TEMPLATE':<{width}}  {'VERDICT':<21}  SUMMARY\n")
+    for report in reports:
+        summary = textwrap.wrap(report.summary, 80) or [""]
+        out.write(f"{Path(report.file).name:<{width}}  {report.verdict:<21}  {summary[0]}\n")
+        for line in summary[1:]:
+            out.write(f"{'':<{width}}  {'':<21}  {line}\n")
+        for failure in [f for f in report.failures if f.status == "fail"][:3]:
+            lines = ",".join(map(str, failure.template_lines)) or "?"
+            out.write(
+                f"{'':<{width}}  {'':<21}  - {failure.variant} / {failure.session} "
+                f"request {failure.request_index}: {failure.cause} at byte {failure.byte_offset} "
+                f"({failure.segment}, template line {lines})\n"
+            )
+
+
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
+    out = out or sys.stdout
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        tokenizer_json = _read_tokenizer(args.tokenizer)
+        items = collect_inputs(args.paths, tokenizer_json)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"python -m checks: error: {exc}\n")
+        return 2
+    cache: ResultCache = (
+        DirectoryResultCache(args.cache_dir) if args.cache_dir else MemoryResultCache()
+    )
+    pool = SandboxPool(limits=SandboxLimits(wall_seconds=args.timeout))
+    try:
+        reports = check_templates(items, options=CheckOptions(), pool=pool, cache=cache)
+    finally:
+        pool.close()
+    if args.json:
+        json.dump({"results": [r.to_dict() for r in reports]}, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        print_table(reports, out)
+    return 0

@@ -1,0 +1,34 @@
+"""Shared fixtures for the check engine's tests: the reference corpus and a sandbox pool."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks import SandboxLimits, SandboxPool
+from checks.sources import TemplateSource, load_source
+
+# The corpus lives beside the repository (../shared/corpus), never inside it.
+CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+
+
+def corpus_entries() -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = json.loads((CORPUS / "index.json").read_text())
+    return sorted(entries, key=lambda entry: entry["file"])
+
+
+def corpus_source(entry: dict[str, Any]) -> TemplateSource:
+    """A corpus template with the bos/eos tokens its index records."""
+    tokens = {name: entry[name] for name in ("bos_token", "eos_token") if entry.get(name)}
+    return load_source(CORPUS / "templates" / entry["file"], tokens)
+
+
+@pytest.fixture(scope="session")
+def pool() -> Iterator[SandboxPool]:
+    sandbox = SandboxPool(size=2, limits=SandboxLimits(wall_seconds=10.0))
+    yield sandbox
+    sandbox.close()

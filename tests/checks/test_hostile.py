@@ -1,0 +1,122 @@
+"""Templates come from strangers: each hostile input ends as an `error` verdict, quickly, with a
+reason, and the pool keeps serving afterwards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from checks import SandboxLimits, SandboxPool, check_template
+from checks.reports import ERROR, SAFE
+
+WALL = 3.0
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_pool() -> Iterator[SandboxPool]:
+    pool = SandboxPool(size=1, limits=SandboxLimits(wall_seconds=WALL, memory_bytes=1024**3))
+    yield pool
+    pool.close()
+
+
+def check(pool: SandboxPool, text: str) -> tuple[str, str, float]:
+    started = time.monotonic()
+    report = check_template(text, pool=pool, cache=None)
+    return report.verdict, report.reason or "", time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "reason"),
+    [
+        (
+            "sandbox escape",
+            "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+            "sandbox refused unsafe access",
+        ),
+        ("string bomb", "{{ 'x' * 10**10 }}", "items with '*'"),
+        ("list bomb", "{% set l = [0] * 10**9 %}{{ l | length }}", "items with '*'"),
+        ("huge power", "{{ 9 ** (10 ** 10) }}", "-bit number"),
+        (
+            "doubling loop",
+            "{% set ns = namespace(s='x') %}"
+            "{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
+            "items with '+'",
+        ),
+        (
+            "runaway recursion",
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        ),
+        (
+            "output flood",
+            "{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+            "output over 4 MiB",
+        ),
+        ("syntax error", "{% for message in messages %}{{ message.content }}", "syntax error"),
+        ("memory hog", "{{ 'x' | center(3 * 10**9) }}", "template used more than 1 GiB of memory"),
+    ],
+)
+def test_hostile_template_becomes_an_error_verdict(
+    hostile_pool: SandboxPool, name: str, template: str, reason: str
+) -> None:
+    verdict, why, elapsed = check(hostile_pool, template)
+    assert verdict == ERROR, name
+    assert reason in why, why
+    assert elapsed < WALL + 3
+
+
+def test_infinite_loop_is_stopped_at_the_wall_time(hostile_pool: SandboxPool) -> None:
+    restarts = hostile_pool.restarts
+    verdict, why, elapsed = check(
+        hostile_pool,
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    )
+    assert verdict == ERROR
+    assert why == f"render exceeded {WALL:g} s"
+    assert WALL <= elapsed < WALL + 3
+    assert hostile_pool.restarts == restarts + 1
+
+
+def test_pool_keeps_working_after_hostile_jobs(hostile_pool: SandboxPool) -> None:
+    check(
+        hostile_pool,
+        "{% for i in range(100000) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+    )
+    check(hostile_pool, "{{ 'x' | center(3 * 10**9) }}")
+    verdict, why, _ = check(hostile_pool, CHATML)
+    assert (verdict, why) == (SAFE, "")
+
+
+def test_bad_utf8_file_is_an_error_with_reason(tmp_path: Path, hostile_pool: SandboxPool) -> None:
+    path = tmp_path / "chat_template.jinja"
+    path.write_bytes(b"{{ messages[0].content }}\xff\xfe")
+    report = check_template(path, pool=hostile_pool, cache=None)
+    assert report.verdict == ERROR
+    assert report.reason == "chat_template.jinja is not valid UTF-8 (byte 25)"
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ('{"chat_template": 42}', "chat_template must be a string or a named list, got int"),
+        ('{"chat_template": [{"name": "default"}]}', "entries must be {name, template} strings"),
+        ('{"eos_token": "</s>"}', "chat_template must be a string or a named list, got missing"),
+        ("[1, 2]", "must hold a JSON object"),
+        ("{not json", "is not valid JSON"),
+    ],
+)
+def test_malformed_tokenizer_config_is_an_error(
+    tmp_path: Path, hostile_pool: SandboxPool, config: str, reason: str
+) -> None:
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(config)
+    report = check_template(path, pool=hostile_pool, cache=None)
+    assert report.verdict == ERROR
+    assert reason in (report.reason or "")

@@ -1,0 +1,125 @@
+"""Our renderer equals transformers' own, byte for byte, on every render the engine asks for."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime
+from typing import Any
+
+import pytest
+from transformers.utils import chat_template_utils
+
+from checks.engine import CheckOptions, RenderCall, Renderer, run_check
+from checks.rendering import (
+    DEFAULT_NOW,
+    CheckEnvironment,
+    TemplateCache,
+    normalize_messages,
+    render,
+    template_context,
+)
+from checks.sources import TemplateSource
+from checks.variants import Variant
+from tests.checks.conftest import corpus_entries, corpus_source
+
+ENTRIES = corpus_entries()
+
+
+class PinnedDatetime(datetime):
+    """transformers' strftime_now reads `datetime.now()`; pin it to the engine's clock."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> PinnedDatetime:
+        return cls.fromtimestamp(DEFAULT_NOW.timestamp(), tz)
+
+
+@pytest.fixture(autouse=True)
+def pinned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_template_utils, "datetime", PinnedDatetime)
+
+
+def transformers_render(source: TemplateSource, call: RenderCall) -> str:
+    """What `tokenizer.apply_chat_template(..., tokenize=False)` returns in transformers 5.x."""
+    # apply_chat_template drops None-valued keys, then merges special tokens under the kwargs.
+    messages = [{k: v for k, v in m.items() if v is not None} for m in call.messages]
+    rendered, _ = chat_template_utils.render_jinja_template(
+        conversations=[messages],
+        tools=None if call.tools is None else list(call.tools),
+        chat_template=source.templates[call.template_name],
+        add_generation_prompt=call.add_generation_prompt,
+        **{**source.special_tokens, **dict(call.kwargs)},
+    )
+    return str(rendered[0])
+
+
+def ours(templates: TemplateCache, source: TemplateSource, call: RenderCall) -> str:
+    context = template_context(
+        normalize_messages(list(call.messages)),
+        tools=None if call.tools is None else list(call.tools),
+        add_generation_prompt=call.add_generation_prompt,
+        special_tokens=source.special_tokens,
+        kwargs=dict(call.kwargs),
+    )
+    return render(
+        templates.get(source.sha256 + call.template_name, source.templates[call.template_name]),
+        context,
+    )
+
+
+def outcome(function: Any, *args: Any) -> tuple[str, str]:
+    try:
+        return "ok", function(*args)
+    except Exception as exc:  # noqa: BLE001 - both sides raising is agreement
+        return "raised", type(exc).__name__
+
+
+def test_transformers_signature_is_the_one_we_mirror() -> None:
+    parameters = inspect.signature(chat_template_utils.render_jinja_template).parameters
+    assert list(parameters)[:7] == [
+        "conversations",
+        "tools",
+        "documents",
+        "chat_template",
+        "return_assistant_tokens_mask",
+        "continue_final_message",
+        "add_generation_prompt",
+    ]
+    assert inspect.Parameter.VAR_KEYWORD in {p.kind for p in parameters.values()}
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"] for e in ENTRIES])
+def test_every_engine_render_matches_transformers(entry: dict[str, Any]) -> None:
+    source = corpus_source(entry)
+    calls: list[RenderCall] = []
+    templates = TemplateCache(CheckEnvironment())
+    run_check(source, templates, options=CheckOptions(), observer=calls.append)
+    assert calls, "the engine rendered nothing"
+    mismatches = []
+    for call in calls:
+        theirs = outcome(transformers_render, source, call)
+        mine = outcome(ours, templates, source, call)
+        if theirs[0] != mine[0] or (theirs[0] == "ok" and theirs[1] != mine[1]):
+            mismatches.append((call.template_name, call.kwargs, len(call.messages), theirs, mine))
+    assert not mismatches, mismatches[:3]
+
+
+def test_renderer_memoizes_identical_requests() -> None:
+    source = TemplateSource({"default": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    calls: list[RenderCall] = []
+    renderer = Renderer(source, TemplateCache(CheckEnvironment()), CheckOptions(), calls.append)
+    variant = Variant("default", ())
+    messages = ({"role": "user", "content": "hi"},)
+    assert renderer.render(variant, messages, None, True) == "hi"
+    assert renderer.render(variant, messages, None, True) == "hi"
+    assert len(calls) == 1
+
+
+def test_tojson_keeps_key_order_and_does_not_html_escape() -> None:
+    template = CheckEnvironment().from_string("{{ tools | tojson }}")
+    tools = [{"z": "<b>&'", "a": 1}]
+    assert template.render(tools=tools) == '[{"z": "<b>&\'", "a": 1}]'
+
+
+def test_strftime_now_uses_the_pinned_clock() -> None:
+    environment = CheckEnvironment(now=datetime(2024, 2, 29, 8, 0))
+    assert environment.from_string("{{ strftime_now('%d %b %Y') }}").render() == "29 Feb 2024"
