@@ -44,8 +44,10 @@ class _Draft:
 
 
 def _names(node: nodes.Node) -> set[str]:
-    found = {n.name for n in node.find_all(nodes.Name)}
-    found |= {n.attr for n in node.find_all(nodes.NSRef)}
+    """Variable names a node mentions, namespace attributes (`ns.last_index`) included."""
+    every = [node, *node.find_all((nodes.Name, nodes.NSRef, nodes.Getattr))]
+    found = {n.name for n in every if isinstance(n, nodes.Name)}
+    found |= {n.attr for n in every if isinstance(n, nodes.NSRef | nodes.Getattr)}
     return found
 
 
@@ -146,7 +148,9 @@ def _loop_gating(ast: nodes.Template) -> list[_Draft]:
 
 
 def _consts(node: nodes.Node) -> Iterable[str]:
-    for const in node.find_all(nodes.Const):
+    for const in [node, *node.find_all(nodes.Const)]:
+        if not isinstance(const, nodes.Const):
+            continue
         if isinstance(const.value, str):
             yield const.value
 

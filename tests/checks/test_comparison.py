@@ -1,0 +1,177 @@
+"""Hand-written templates showing each cause with its exact offset, segment and template line."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from checks import SandboxPool, check_template
+from checks.comparison import common_prefix
+from checks.engine import run_check
+from checks.reports import (
+    ASSISTANT_OUTPUT,
+    GENERATION_PROMPT,
+    HISTORY,
+    SAFE,
+    TOKEN_SEAM,
+    UNSAFE,
+    RequestPair,
+    TemplateReport,
+)
+from checks.rendering import CheckEnvironment, TemplateCache
+from checks.sources import TemplateSource
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\n"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Line 2 marks the last user message: once another turn arrives, that marker moves.
+MOVING_MARKER = """{%- for m in messages -%}
+{%- if loop.last and m.role == 'user' %}[LAST]{% endif -%}
+{{ '<' + m.role + '>' }}{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+# Line 4: the generation prompt opens and closes an empty think block history never writes.
+EMPTY_THINK_PROMPT = """{%- for m in messages -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant><think></think>{% endif -%}
+"""
+
+# History writes a space before assistant content that the model did not emit.
+LEADING_SPACE = """{%- for m in messages -%}
+<{{ m.role }}>{% if m.role == 'assistant' %} {% endif %}{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+# Reasoning is kept only on the final assistant message: earlier turns lose it.
+REASONING_ON_LAST = """{%- for m in messages -%}
+{%- if m.role == 'assistant' and m.reasoning_content and loop.last -%}
+<assistant><think>{{ m.reasoning_content }}</think>{{ m.content }}</s>
+{%- else -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
+def report_for(text: str) -> TemplateReport:
+    return run_check(TemplateSource({"default": text}), TemplateCache(CheckEnvironment()))
+
+
+def pair(report: TemplateReport, session: str, index: int) -> RequestPair:
+    (variant,) = report.variants
+    (result,) = [s for s in variant.sessions if s.session == session]
+    return result.pairs[index - 1]
+
+
+def test_chatml_is_safe_everywhere() -> None:
+    report = report_for(CHATML)
+    assert report.verdict == SAFE
+    assert report.failures == ()
+    assert report.summary.startswith("Cache-safe in every session")
+
+
+def test_moving_marker_is_a_history_failure_at_the_marker() -> None:
+    report = report_for(MOVING_MARKER)
+    result = pair(report, "chat_no_system", 1)
+    assert (result.status, result.cause) == ("fail", HISTORY)
+    divergence = result.divergence
+    assert divergence is not None
+    # P1 starts with "[LAST]<user>…", P2 with "<user>…": they differ at the very first byte.
+    assert divergence.byte_offset == 0
+    assert divergence.segment_before == "user 1"
+    assert divergence.lines_before == (2,)
+    assert divergence.lines_after == (3,)
+    assert report.verdict == UNSAFE
+    assert result.reusable_share == 0.0
+
+
+def test_generation_prompt_not_reproduced_by_history() -> None:
+    report = report_for(EMPTY_THINK_PROMPT)
+    result = pair(report, "chat", 1)
+    assert (result.status, result.cause) == ("fail", GENERATION_PROMPT)
+    divergence = result.divergence
+    assert divergence is not None
+    system = "<system>You are a careful assistant for a travel agency. Answer briefly.</s>"
+    user = "<user>What's the weather in Paris today?</s>"
+    assert divergence.byte_offset == len(system + user + "<assistant>")
+    assert divergence.segment_before == "generation prompt"
+    assert divergence.segment_after == "assistant 1"
+    assert divergence.lines_before == (4,)
+    assert divergence.lines_after == (2,)
+    assert divergence.text_before.startswith("<think></think>")
+
+
+def test_reply_reframed_is_a_warning_not_a_failure() -> None:
+    report = report_for(LEADING_SPACE)
+    result = pair(report, "chat", 1)
+    assert (result.status, result.cause) == ("warn", ASSISTANT_OUTPUT)
+    assert "' '" in result.detail
+    assert report.verdict == SAFE
+    assert "whether that costs a cache hit depends on what the model really emits" in (
+        report.summary
+    )
+
+
+def test_dropped_reasoning_breaks_the_cache() -> None:
+    report = report_for(REASONING_ON_LAST)
+    result = pair(report, "reasoning_history", 1)
+    assert (result.status, result.cause) == ("fail", ASSISTANT_OUTPUT)
+    assert result.detail == "the reasoning the model emitted is dropped from history"
+    # Plain chat keeps working: only sessions with reasoning break.
+    assert pair(report, "chat", 1).status == "pass"
+    assert report.verdict == UNSAFE
+    assert "reasoning_history" in report.summary
+
+
+def test_reusable_share_is_measured_from_the_renders() -> None:
+    report = report_for(EMPTY_THINK_PROMPT)
+    result = pair(report, "chat", 1)
+    divergence = result.divergence
+    assert divergence is not None
+    assert result.reusable_share == round(divergence.byte_offset / result.next_bytes, 4)
+
+
+def test_common_prefix() -> None:
+    assert common_prefix("abcdef", "abcxyz") == 3
+    assert common_prefix("abc", "abcdef") == 3
+    assert common_prefix("", "x") == 0
+    assert common_prefix("é漢字", "é漢x") == 2
+
+
+@pytest.fixture(scope="module")
+def newline_merging_tokenizer() -> str:
+    """A tiny byte-level BPE in which "\\n\\n" is one token, as in real vocabularies."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = ["assistant\n\nIt is sunny.\n\n", "user\n\nhello\n\nworld\n\n"] * 50
+    tokenizer.train_from_iterator(corpus, trainer)
+    assert tokenizer.encode("\n\n").ids == [tokenizer.token_to_id("ĊĊ")]
+    return str(tokenizer.to_str())
+
+
+def test_token_seam_where_bytes_match(newline_merging_tokenizer: str, pool: SandboxPool) -> None:
+    report = check_template(CHATML, tokenizer_json=newline_merging_tokenizer, pool=pool, cache=None)
+    # The padded reply starts with "\n\n": after the prompt's "assistant\n" the bytes still match,
+    # but "\n" + "\n\n" tokenizes differently once it is one string.
+    seams = [f for f in report.failures if f.cause == TOKEN_SEAM]
+    assert {f.session for f in seams} >= {"padded_content"}
+    seam = next(f for f in seams if f.session == "padded_content" and f.request_index == 1)
+    assert seam.token_index is not None
+    assert seam.status == "fail"
+    assert report.tokenizer_sha256 is not None
+    # Plain chat replies start with a letter: no seam there.
+    chat = [v for v in report.variants][0].sessions[0]
+    assert chat.session == "chat" and all(p.status == "pass" for p in chat.pairs)
+    assert all(p.token_reusable_share is not None for p in chat.pairs)
