@@ -52,7 +52,17 @@ class DownloadSpec:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
+    """The exception and, when the Hub client wrapped it, the root cause (refused, 404...)."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    root: BaseException = exc
+    for _ in range(10):  # chains are short; never loop on a pathological one
+        following = root.__cause__ or root.__context__
+        if following is None:
+            break
+        root = following
+    if root is not exc:
+        text += f" (cause: {type(root).__name__}: {root})"
+    return text
 
 
 def planned_files(spec: DownloadSpec) -> tuple[str, list[tuple[str, int]]]:

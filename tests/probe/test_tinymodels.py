@@ -1,0 +1,38 @@
+"""Tiny models build offline and reload bit-exactly; the machine describes itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx_lm
+import pytest
+from mlx.utils import tree_flatten
+
+from workers.probe.machine import describe_machine
+from workers.probe.tinymodels import ARCHITECTURES, build_tiny_model
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_builds_and_reloads_exactly(tmp_path: Path, arch: str) -> None:
+    built = build_tiny_model(tmp_path / arch, arch, "qwen3", seed=3)
+    model, tokenizer = mlx_lm.load(str(built.path))
+    saved = mx.load(str(built.path / "model.safetensors"))
+    loaded = dict(tree_flatten(model.parameters()))
+    assert saved.keys() == loaded.keys()
+    assert all(mx.array_equal(saved[k], loaded[k]).item() for k in saved)
+    assert tokenizer.has_thinking
+    assert tokenizer.eos_token_ids == {tokenizer.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_unknown_architecture(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown tiny architecture"):
+        build_tiny_model(tmp_path, "gpt99")
+
+
+def test_machine_description() -> None:
+    info = describe_machine()
+    assert info["mlx"] == mx.__version__
+    assert info["mlx_lm"] == mlx_lm.__version__
+    assert info["memory_bytes"] > 0
+    assert info["chip"] and info["os"]
