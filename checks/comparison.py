@@ -19,6 +19,7 @@ from checks.reports import (
 
 # A generation prompt that already closes a think block means the model will not emit reasoning.
 _CLOSED_THINKING = re.compile(r"</[^<>]*think[^<>]*>", re.IGNORECASE)
+_THINK_TAG = re.compile(r"</?[^<>\s/]{0,24}think[^<>\s]{0,24}>", re.IGNORECASE)
 CONTEXT_CHARS = 40
 
 
@@ -67,6 +68,12 @@ class PairInput:
 
 def generation_prompt_closes_thinking(generation_prompt: str) -> bool:
     return bool(_CLOSED_THINKING.search(generation_prompt))
+
+
+def generation_prompt_opens_thinking(generation_prompt: str) -> bool:
+    """Does the prompt end inside an opened think block, so the model must emit reasoning?"""
+    tags = _THINK_TAG.findall(generation_prompt)
+    return bool(tags) and not tags[-1].startswith("</")
 
 
 def _divergence(

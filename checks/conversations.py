@@ -227,3 +227,21 @@ def with_string_arguments(messages: tuple[Message, ...]) -> tuple[Message, ...]:
             }
         converted.append(message)
     return tuple(converted)
+
+
+FORCED_REASONING = "Let me work out the answer before replying."
+
+
+def with_reasoning(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The same messages with reasoning on every assistant reply that has none."""
+    return tuple(
+        {**m, "reasoning_content": FORCED_REASONING}
+        if m["role"] == "assistant" and not m.get("reasoning_content")
+        else m
+        for m in messages
+    )
+
+
+def without_reasoning(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The same messages with no reasoning: what a model with thinking switched off emits."""
+    return tuple({k: v for k, v in m.items() if k != "reasoning_content"} for m in messages)

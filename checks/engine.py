@@ -18,8 +18,21 @@ import jinja2
 
 from checks import findings, verdicts
 from checks.attribution import Span, render_with_spans
-from checks.comparison import PairInput, compare_pair, generation_prompt_closes_thinking
-from checks.conversations import SESSIONS, TOOLS, Session, with_string_arguments
+from checks.comparison import (
+    PairInput,
+    common_prefix,
+    compare_pair,
+    generation_prompt_closes_thinking,
+    generation_prompt_opens_thinking,
+)
+from checks.conversations import (
+    SESSIONS,
+    TOOLS,
+    Session,
+    with_reasoning,
+    with_string_arguments,
+    without_reasoning,
+)
 from checks.rendering import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_NOW,
@@ -37,8 +50,8 @@ from checks.variants import (
     kwargs_read,
     plan_variants,
     reads_field,
+    reads_reasoning,
     thinking_kwargs,
-    writes_reasoning,
 )
 
 ENGINE_VERSION = "1.0.0"
@@ -98,7 +111,7 @@ def _key(messages: tuple[dict[str, Any], ...]) -> str:
 
 @dataclass(frozen=True)
 class ReasoningProfile:
-    writes_reasoning: bool
+    reads_reasoning: bool
     switches: tuple[str, ...]
     reads_tool_calls: bool
 
@@ -209,52 +222,73 @@ def _repr_leak(prompts: list[str], messages: tuple[dict[str, Any], ...]) -> bool
 _SWITCH = re.compile(r"^(enable_)?(thinking|reasoning)$")
 
 
-def model_reasons(renderer: Renderer, variant: Variant) -> bool:
-    """Would the model emit reasoning under this variant (before looking at the generation prompt)?
+# How a variant treats reasoning, which decides what replies a model can emit under it.
+NO_REASONING = "none"  # the template never writes reasoning back: reasoning is not its concern
+REASONING_OFF = "off"  # thinking switched off: replies carry no reasoning
+REASONING_FORCED = "forced"  # the generation prompt opens a think block: every reply reasons
+REASONING_FREE = "free"  # the model may reason; replies reason where the session says so
 
-    Only when the template knows about reasoning, and thinking is not switched off, explicitly or
-    because the template treats an unset switch like False.
-    """
-    profile = renderer.profiles[variant.template_name]
-    if not profile.writes_reasoning:
-        return False
+
+def _generation_prompt(renderer: Renderer, variant: Variant) -> str | None:
+    first = SESSIONS[0].messages[:2]
+    try:
+        prompt = renderer.render(variant, first, None, True)
+        history = renderer.render(variant, first, None, False)
+    except RenderFailed:
+        return None
+    return prompt[common_prefix(history, prompt) :]
+
+
+def _switched_off(renderer: Renderer, variant: Variant, switch: str) -> bool:
+    """Explicitly False, or unset where the template renders unset exactly like False."""
     kwargs = variant.kwargs_dict
-    for switch in profile.switches:
-        if kwargs.get(switch) is False:
-            return False
-        if switch not in kwargs:
-            probe = SESSIONS[0].messages[:2]
-            try:
-                unset = renderer.render(variant, probe, None, True)
-                off = renderer.render(
-                    Variant(variant.template_name, (*variant.kwargs, (switch, False))),
-                    probe,
-                    None,
-                    True,
-                )
-                on = renderer.render(
-                    Variant(variant.template_name, (*variant.kwargs, (switch, True))),
-                    probe,
-                    None,
-                    True,
-                )
-            except RenderFailed:
-                continue
-            if unset == off != on:
-                return False
-    return True
+    if switch in kwargs:
+        return kwargs[switch] is False
+    first = SESSIONS[0].messages[:2]
+    name = variant.template_name
+    try:
+        unset = renderer.render(variant, first, None, True)
+        off = renderer.render(Variant(name, (*variant.kwargs, (switch, False))), first, None, True)
+        on = renderer.render(Variant(name, (*variant.kwargs, (switch, True))), first, None, True)
+    except RenderFailed:
+        return False
+    return unset == off != on
 
 
-def run_session(renderer: Renderer, variant: Variant, session: Session) -> SessionResult:
-    """Render every request of a session and compare each consecutive pair."""
+def reasoning_mode(renderer: Renderer, variant: Variant) -> str:
+    profile = renderer.profiles[variant.template_name]
+    if not profile.reads_reasoning:
+        return NO_REASONING
+    if any(_switched_off(renderer, variant, switch) for switch in profile.switches):
+        return REASONING_OFF
+    generation_prompt = _generation_prompt(renderer, variant) or ""
+    if generation_prompt_closes_thinking(generation_prompt):
+        return REASONING_OFF
+    if generation_prompt_opens_thinking(generation_prompt):
+        return REASONING_FORCED
+    return REASONING_FREE
+
+
+def run_session(
+    renderer: Renderer, variant: Variant, session: Session, mode: str = NO_REASONING
+) -> SessionResult:
+    """Render every request of a session and compare each consecutive pair.
+
+    Replies follow the variant: with thinking forced every reply reasons, with it off none does.
+    """
     tools = TOOLS if session.uses_tools else None
     ends = session.request_ends()
     has_calls = any(m.get("tool_calls") for m in session.messages)
     forms = ("dict", "string") if has_calls else ("none",)
     errors: list[str] = []
     chosen: tuple[str, tuple[dict[str, Any], ...], list[str]] | None = None
+    base = session.messages
+    if mode == REASONING_FORCED:
+        base = with_reasoning(base)
+    elif mode == REASONING_OFF:
+        base = without_reasoning(base)
     for form in forms:
-        messages = with_string_arguments(session.messages) if form == "string" else session.messages
+        messages = with_string_arguments(base) if form == "string" else base
         try:
             prompts = [renderer.render(variant, messages[:end], tools, True) for end in ends]
         except RenderFailed as exc:
@@ -269,7 +303,7 @@ def run_session(renderer: Renderer, variant: Variant, session: Session) -> Sessi
     if chosen is None:
         return SessionResult(session.name, False, forms[-1], "; ".join(errors), len(ends), ())
     form, messages, prompts = chosen
-    reasons = model_reasons(renderer, variant)
+    reasons = mode in (REASONING_FORCED, REASONING_FREE)
     pairs = []
     for k in range(len(ends) - 1):
         request, next_request = messages[: ends[k]], messages[: ends[k + 1]]
@@ -315,7 +349,8 @@ def run_session(renderer: Renderer, variant: Variant, session: Session) -> Sessi
 
 
 def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
-    sessions = tuple(run_session(renderer, variant, session) for session in SESSIONS)
+    mode = reasoning_mode(renderer, variant)
+    sessions = tuple(run_session(renderer, variant, session, mode) for session in SESSIONS)
     return VariantResult(
         template_name=variant.template_name,
         kwargs=variant.kwargs_dict,
@@ -373,7 +408,7 @@ def run_check(
     for name, ast in asts.items():
         switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
         renderer.profiles[name] = ReasoningProfile(
-            writes_reasoning(ast), switches, reads_field(ast, {"tool_calls"})
+            reads_reasoning(ast), switches, reads_field(ast, {"tool_calls"})
         )
     try:
         variants = tuple(run_variant(renderer, v) for v in plan_variants(asts))

@@ -56,29 +56,62 @@ class Variant:
         return settings if self.template_name == "default" else f"{self.template_name}: {settings}"
 
 
-def assigned_names(ast: nodes.Template) -> set[str]:
-    names: set[str] = set()
-    statements: list[Any] = list(ast.find_all((nodes.Assign, nodes.AssignBlock, nodes.For)))
-    for node in statements:
-        names |= {n.name for n in node.target.find_all(nodes.Name)}
-        if isinstance(node.target, nodes.Name):
-            names.add(node.target.name)
+def _assigned(ast: nodes.Template) -> set[str]:
+    targets: list[Any] = list(ast.find_all((nodes.Assign, nodes.AssignBlock, nodes.For)))
+    names = {n.name for node in targets for n in node.target.find_all(nodes.Name)}
+    names |= {node.target.name for node in targets if isinstance(node.target, nodes.Name)}
     for macro in ast.find_all(nodes.Macro):
-        names.add(macro.name)
-        names |= {arg.name for arg in macro.args}
+        names |= {macro.name, *(arg.name for arg in macro.args)}
+    return names
+
+
+def _expected_from_caller(ast: nodes.Template) -> set[str]:
+    """Names tested with `is defined` or given a `default`: the template expects a caller value."""
+    names: set[str] = set()
+    for test in ast.find_all(nodes.Test):
+        if test.name in ("defined", "undefined") and isinstance(test.node, nodes.Name):
+            names.add(test.node.name)
+    for filter_ in ast.find_all(nodes.Filter):
+        if filter_.name in ("default", "d") and isinstance(filter_.node, nodes.Name):
+            names.add(filter_.node.name)
     return names
 
 
 def kwargs_read(ast: nodes.Template) -> list[str]:
-    """Variables the template reads that the caller may pass as chat_template_kwargs."""
-    undeclared = jinja2.meta.find_undeclared_variables(ast)
-    return sorted(undeclared - PROVIDED_NAMES - assigned_names(ast))
+    """Variables the template reads that the caller may pass as chat_template_kwargs.
+
+    Jinja reports variables set inside a block as undeclared too; those count only when the
+    template also tests them with `is defined` or `default` (a value from the caller is expected).
+    """
+    undeclared = jinja2.meta.find_undeclared_variables(ast) - PROVIDED_NAMES
+    internal = _assigned(ast) - _expected_from_caller(ast)
+    return sorted(undeclared - internal)
+
+
+def _aliases(ast: nodes.Template, name: str) -> set[str]:
+    """The kwarg's name and the variables set from it (`{% set effort = kwarg|default(...) %}`)."""
+    aliases = {name}
+    for assign in ast.find_all(nodes.Assign):
+        mentioned = {n.name for n in assign.node.find_all(nodes.Name)}
+        if isinstance(assign.node, nodes.Name):
+            mentioned.add(assign.node.name)
+        if mentioned & aliases:
+            aliases |= {n.name for n in assign.target.find_all(nodes.Name)}
+            if isinstance(assign.target, nodes.Name):
+                aliases.add(assign.target.name)
+            if isinstance(assign.target, nodes.NSRef):
+                aliases.add(assign.target.attr)
+    return aliases
 
 
 def _compared_values(ast: nodes.Template, name: str) -> list[Any]:
+    """Constants the kwarg (or an alias of it) is compared with: its meaningful values."""
+    aliases = _aliases(ast, name)
     values: list[Any] = []
     for compare in ast.find_all(nodes.Compare):
-        if name not in {n.name for n in compare.find_all(nodes.Name)}:
+        mentioned = {n.name for n in compare.find_all(nodes.Name)}
+        mentioned |= {n.attr for n in compare.find_all(nodes.Getattr)}
+        if not mentioned & aliases:
             continue
         for const in compare.find_all(nodes.Const):
             value = const.value
@@ -88,24 +121,41 @@ def _compared_values(ast: nodes.Template, name: str) -> list[Any]:
     return values[:3]
 
 
+def _used_as_boolean(ast: nodes.Template, aliases: set[str]) -> bool:
+    def is_alias(node: nodes.Node) -> bool:
+        return isinstance(node, nodes.Name) and node.name in aliases
+
+    conditions: list[Any] = [*ast.find_all(nodes.If), *ast.find_all(nodes.CondExpr)]
+    if any(c.test is not None and is_alias(c.test) for c in conditions):
+        return True
+    logic: list[Any] = list(ast.find_all((nodes.And, nodes.Or, nodes.Not)))
+    for node in logic:
+        operands = [node.node] if isinstance(node, nodes.Not) else [node.left, node.right]
+        if any(is_alias(operand) for operand in operands):
+            return True
+    return any(
+        test.name in ("true", "false", "boolean") and is_alias(test.node)
+        for test in ast.find_all(nodes.Test)
+    )
+
+
 def kwarg_values(ast: nodes.Template, name: str) -> list[Any]:
-    """Meaningful values of a kwarg, unset first: compared constants, else the two booleans."""
+    """Meaningful values of a kwarg, unset first: the constants it is compared with, else the two
+    booleans when it is used as a condition, else none (a free-form value is left unset)."""
     if name == "enable_thinking":
         return [UNSET, False, True]
-    return [UNSET, *(_compared_values(ast, name) or [True, False])]
+    compared = _compared_values(ast, name)
+    if compared:
+        return [UNSET, *compared]
+    return [UNSET, True, False] if _used_as_boolean(ast, _aliases(ast, name)) else [UNSET]
 
 
-_THINK_TAG = re.compile(r"<[^<>\s]{0,24}think[^<>\s]{0,24}>", re.IGNORECASE)
 _REASONING_FIELDS = {"reasoning_content", "thinking", "reasoning"}
 
 
-def writes_reasoning(ast: nodes.Template) -> bool:
-    """Does the template know about reasoning: reads a reasoning field or writes a think tag?"""
-    if reads_field(ast, _REASONING_FIELDS):
-        return True
-    literals = [n.data for n in ast.find_all(nodes.TemplateData)]
-    literals += [n.value for n in ast.find_all(nodes.Const) if isinstance(n.value, str)]
-    return any(_THINK_TAG.search(text) for text in literals)
+def reads_reasoning(ast: nodes.Template) -> bool:
+    """Does the template write reasoning back into history? Only then is it responsible for it."""
+    return reads_field(ast, _REASONING_FIELDS)
 
 
 def reads_field(ast: nodes.Template, names: set[str]) -> bool:
@@ -114,6 +164,11 @@ def reads_field(ast: nodes.Template, names: set[str]) -> bool:
     for node in accesses:
         key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
         if key in names and not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+            return True
+    for call in ast.find_all(nodes.Call):
+        # message.get('reasoning_content')
+        getter = isinstance(call.node, nodes.Getattr) and call.node.attr == "get"
+        if getter and call.args and getattr(call.args[0], "value", None) in names:
             return True
     return False
 
@@ -125,22 +180,27 @@ def thinking_kwargs(ast: nodes.Template) -> list[str]:
 
 
 def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
-    """Every named template × enable_thinking × each other thinking kwarg, one at a time."""
+    """Every named template × enable_thinking, plus each other thinking kwarg one at a time.
+
+    A boolean kwarg (preserve_thinking, …) is also tried with thinking on, where it matters; a
+    valued one (reasoning_effort, …) only with enable_thinking unset, to keep the count small.
+    """
     variants: list[Variant] = []
+
+    def add(template_name: str, kwargs: dict[str, Any]) -> None:
+        variant = Variant(template_name, tuple(kwargs.items()))
+        if variant not in variants:
+            variants.append(variant)
+
     for template_name, ast in asts.items():
         thinking = thinking_kwargs(ast)
         main = thinking[0] if thinking and thinking[0] == "enable_thinking" else None
-        base_values = kwarg_values(ast, main) if main else [UNSET]
-        others = [name for name in thinking if name != main]
-        combos: list[dict[str, Any]] = [{}]
-        for other in others:
-            combos += [{other: value} for value in kwarg_values(ast, other) if value is not UNSET]
-        for combo in combos:
-            for base in base_values:
-                kwargs = dict(combo)
-                if main and base is not UNSET:
-                    kwargs = {main: base, **kwargs}
-                variant = Variant(template_name, tuple(kwargs.items()))
-                if variant not in variants:
-                    variants.append(variant)
+        for base in kwarg_values(ast, main) if main else [UNSET]:
+            add(template_name, {} if main is None or base is UNSET else {main: base})
+        for other in (name for name in thinking if name != main):
+            values = [value for value in kwarg_values(ast, other) if value is not UNSET]
+            for value in values:
+                add(template_name, {other: value})
+                if main and isinstance(value, bool):
+                    add(template_name, {main: True, other: value})
     return variants

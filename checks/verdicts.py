@@ -43,8 +43,21 @@ def mean_share(sessions: Iterable[SessionResult]) -> float | None:
     return round(sum(shares) / len(shares), 4) if shares else None
 
 
+# Settings every caller meets: no kwargs, or the enable_thinking switch serving engines pass.
+# Opt-in kwargs (preserve_thinking, reasoning_effort, …) are reported per variant and in the
+# summary, but do not decide the headline verdict.
+PRIMARY_KWARGS = frozenset({"enable_thinking"})
+
+
+def is_primary(variant: VariantResult) -> bool:
+    return set(variant.kwargs) <= PRIMARY_KWARGS
+
+
 def template_verdict(variants: Iterable[VariantResult]) -> str:
-    found = {v.verdict for v in variants}
+    """The headline verdict, from the primary variants (all variants if none of those render)."""
+    variants = list(variants)
+    primary = [v for v in variants if is_primary(v) and v.verdict != ERROR]
+    found = {v.verdict for v in (primary or variants)}
     if not found or found == {ERROR}:
         return ERROR
     if UNSAFE in found:
@@ -71,6 +84,12 @@ _CAUSE_TEXT = {
     ASSISTANT_OUTPUT: "the reply the model emitted is not written back as it was",
     TOKEN_SEAM: "tokens merge across the turn boundary although the bytes match",
 }
+
+
+def _same_pairs(variant: VariantResult, pairs: list[RequestPair]) -> list[RequestPair]:
+    """The pairs of `variant` at the same (session, index) as `pairs`: a like-for-like baseline."""
+    wanted = {(p.session, p.index) for p in pairs}
+    return [p for s in variant.sessions for p in s.pairs if (p.session, p.index) in wanted]
 
 
 def _cause_phrase(pairs: list[RequestPair]) -> str:
@@ -102,44 +121,43 @@ def _refused(variants: list[VariantResult]) -> str:
 
 
 def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
-    """One plain-language sentence (or two) built from measured results only."""
+    """One or a few plain sentences a user can act on, built from measured results only."""
     usable = [v for v in variants if v.verdict != ERROR]
     if verdict == ERROR:
         return f"Nothing renders: {error_reason(variants)}."
-    warnings = [p for v in usable for s in v.sessions for p in s.pairs if p.status == "warn"]
-    warning_note = ""
-    if warnings:
-        warning_note = (
-            f" Note: {warnings[0].detail} ({warnings[0].session}); whether that costs a cache "
-            "hit depends on what the model really emits."
-        )
-    if verdict == SAFE:
-        return (
-            f"Cache-safe in every session we replayed, under every setting checked.{warning_note}"
-        )
-    if verdict == SAFE_WHERE_RENDERABLE:
-        return (
-            "Cache-safe wherever it renders; the template refuses "
-            f"{_refused(list(variants))}.{warning_note}"
-        )
     safe = [v for v in usable if v.verdict in (SAFE, SAFE_WHERE_RENDERABLE)]
     unsafe = [v for v in usable if v.verdict == UNSAFE]
-    parts = []
-    if safe:
-        best = max(safe, key=lambda v: v.mean_reusable_share or 0.0)
-        parts.append(f"Cache-safe with {best.label} (pass {_kwargs_hint(best)}).")
+    best = max(safe, key=lambda v: v.mean_reusable_share or 0.0) if safe else None
+    if verdict == SAFE:
+        scope = "under every setting checked" if not unsafe else "with the default settings"
+        parts = [f"Cache-safe in every session we replayed, {scope}."]
+    elif verdict == SAFE_WHERE_RENDERABLE:
+        parts = [f"Cache-safe wherever it renders; the template refuses {_refused(usable)}."]
+    elif best is not None:
+        parts = [f"Cache-safe with {best.label} (pass {_kwargs_hint(best)})."]
     else:
-        parts.append("Not cache-safe under any setting checked.")
+        parts = ["Not cache-safe under any setting checked."]
     for variant in unsafe[:3]:
         pairs = _failing_pairs(variant)
-        lost = sum(p.reusable_share for p in pairs) / len(pairs)
-        intro = f"With {variant.label}" if safe or len(unsafe) > 1 else "On each such turn"
+        kept = sum(p.reusable_share for p in pairs) / len(pairs)
+        intro = f"With {variant.label}" if len(variants) > 1 else "On each such turn"
+        baseline = ""
+        same_turns = _same_pairs(best, pairs) if best is not None else []
+        if best is not None and same_turns:
+            best_kept = sum(p.reusable_share for p in same_turns) / len(same_turns)
+            baseline = f", against {_percent(best_kept)} on the same turns with {best.label}"
         parts.append(
-            f"{intro}, {_cause_phrase(pairs)} ({_sessions_phrase(pairs)}): "
-            f"only about {_percent(lost)} of the next prompt can come from the cache."
+            f"{intro}, {_cause_phrase(pairs)} ({_sessions_phrase(pairs)}): only about "
+            f"{_percent(kept)} of the next prompt can come from the cache{baseline}."
         )
     if len(unsafe) > 3:
         parts.append(f"{len(unsafe) - 3} more settings break the same way.")
+    warnings = [p for v in usable for s in v.sessions for p in s.pairs if p.status == "warn"]
+    if warnings:
+        parts.append(
+            f"Note: {warnings[0].detail} ({warnings[0].session}); whether that costs a cache "
+            "hit depends on what the model really emits."
+        )
     return " ".join(parts)
 
 
