@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
+from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
+
+#: A Hub model id: `owner/name`, letters, digits, `-`, `_`, `.`; no `--`/`..`; 96 chars a part.
+REPO_ID_RE = re.compile(
+    r"^(?!.*(--|\.\.))[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?/[\w](?:[\w.-]{0,94}[\w])?$"
+)
+
+
+def validate_repo_id(value: str) -> str:
+    """The repo id, stripped; raises ValidationError with a one-line message."""
+    repo_id = value.strip().strip("/")
+    if repo_id.startswith("https://huggingface.co/"):
+        repo_id = repo_id.removeprefix("https://huggingface.co/")
+    if not REPO_ID_RE.match(repo_id):
+        raise ValidationError(
+            f"{value.strip()[:120]!r} is not a Hub model id (expected owner/name)",
+            code="invalid_repo_id",
+        )
+    return repo_id
 
 
 class Verdict(models.TextChoices):
@@ -53,6 +73,20 @@ class ModelStatus(models.TextChoices):
 
 
 class HubModelQuerySet(models.QuerySet["HubModel"]):
+    def track(self, repo_id: str, via: str) -> tuple[HubModel, bool]:
+        """Start tracking a repo (idempotent); the next sync fills it in."""
+        return self.get_or_create(
+            repo_id=repo_id, defaults={"author": repo_id.split("/", 1)[0], "tracked_via": via}
+        )
+
+    def stalest(self) -> HubModelQuerySet:
+        """Tracked Hub repos, the ones synced longest ago (or never) first."""
+        return (
+            self.filter(is_demo=False)
+            .exclude(tracked_via="local")
+            .order_by(F("last_synced_at").asc(nulls_first=True), "id")
+        )
+
     def cache_safe(self) -> HubModelQuerySet:
         return self.filter(verdict=Verdict.SAFE)
 
@@ -89,8 +123,9 @@ class HubModel(models.Model):
     library_name = models.CharField(max_length=100, blank=True)
     model_type = models.CharField(max_length=100, blank=True)
     architectures = models.JSONField(default=list, blank=True)
-    #: Recurrent/SSM layers (cannot trim their cache) or sliding-window attention layers.
+    #: Recurrent/SSM/linear-attention layers: the cache cannot be trimmed back (CHECKS.md §1).
     is_hybrid = models.BooleanField(default=False, db_index=True)
+    #: Sliding-window or chunked attention layers: the cache is trimmable only inside the window.
     has_sliding_window = models.BooleanField(default=False)
     quantization = models.CharField(max_length=100, blank=True)
     base_model = models.CharField(max_length=200, blank=True)
@@ -101,6 +136,14 @@ class HubModel(models.Model):
     last_template_change_at = models.DateTimeField(null=True, blank=True, db_index=True)
     tracked_at = models.DateTimeField(default=timezone.now)
     is_demo = models.BooleanField(default=False)
+    #: How it got here: "track", "api", "form", "watch", "webhook", "local".
+    tracked_via = models.CharField(max_length=20, blank=True)
+    #: Object ids of the template files at `last_commit_sha` (what the next sync compares).
+    template_files = models.JSONField(default=dict, blank=True)
+    #: The backfilled history reaches the repo's first commit (else it stops at the bound).
+    history_complete = models.BooleanField(default=False)
+    #: Why the last sync attempt failed (Hub down, rate limited, …); empty after a success.
+    sync_error = models.TextField(blank=True)
 
     current_snapshot = models.ForeignKey(
         "TemplateSnapshot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -192,6 +235,10 @@ class TemplateChange(models.Model):
     new_version = models.ForeignKey(
         TemplateVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    #: The templates at this commit (named templates, source file); None when removed.
+    snapshot = models.ForeignKey(
+        TemplateSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     detected_at = models.DateTimeField(default=timezone.now)
     #: Set by the one task that won the claim (STYLE §7): UPDATE … WHERE claimed IS NULL.
     checks_claimed_at = models.DateTimeField(null=True, blank=True)
@@ -205,6 +252,40 @@ class TemplateChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.repo_id}@{self.commit_sha[:8]}"
+
+
+class WatchKind(models.TextChoices):
+    AUTHOR = "author", "Author or organisation"
+    QUERY = "query", "Hub query"
+
+
+class Watch(models.Model):
+    """A source of new repos: every model of an author, or the top N of a Hub query."""
+
+    kind = models.CharField(max_length=10, choices=WatchKind.choices)
+    author = models.CharField(max_length=100, blank=True)
+    search = models.CharField(max_length=200, blank=True)
+    pipeline_tag = models.CharField(max_length=100, blank=True)
+    sort = models.CharField(max_length=40, default="downloads")
+    limit = models.PositiveIntegerField(default=100)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "author", "search", "pipeline_tag", "sort", "limit"],
+                name="unique_watch",
+            )
+        ]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        if self.kind == WatchKind.AUTHOR:
+            return f"author {self.author}"
+        parts = [f"search={self.search!r}" if self.search else "", self.pipeline_tag]
+        return f"top {self.limit} by {self.sort} " + " ".join(p for p in parts if p)
 
 
 class CheckStatus(models.TextChoices):

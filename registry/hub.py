@@ -1,0 +1,385 @@
+"""The one way the registry talks to the Hugging Face Hub: huggingface_hub's client, with our
+rate limit, backoff and size caps around every HTTP request.
+
+Every request goes through `HubClient._call`: it takes a token from the credential's shared
+bucket, and retries 429 (waiting what `Retry-After` / `RateLimit` say), 5xx and timeouts with
+jittered exponential backoff. We page list endpoints ourselves rather than through the client's
+`paginate`, because that retries with real sleeps outside our bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx2
+from django.conf import settings
+from huggingface_hub import HfApi, get_session, hf_hub_url, hf_raise_for_status
+from huggingface_hub.errors import (
+    DisabledRepoError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+)
+from huggingface_hub.utils._datetime import parse_datetime
+from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import parse_ratelimit_headers
+
+from . import ratelimit
+from .repo_files import BrokenRepo
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({408, 500, 502, 503, 504})
+TRANSIENT_ERRORS = (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)
+
+
+class HubUnavailable(Exception):
+    """The Hub did not answer usefully after our retries: try the whole repo again later."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RepoUnavailable(Exception):
+    """The Hub answered, and the answer is that we may not (or cannot) read this repo."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int | None
+    oid: str  # git blob id, or a folder's tree id
+    lfs_sha256: str | None = None
+    is_folder: bool = False
+
+    @property
+    def content_id(self) -> str:
+        """What identifies the bytes: the LFS SHA-256 when stored in LFS, else the git id."""
+        return self.lfs_sha256 or self.oid
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    repo_id: str
+    sha: str
+    last_modified: datetime | None
+    author: str
+    private: bool
+    gated: bool
+    disabled: bool
+    downloads: int
+    likes: int
+    tags: list[str]
+    pipeline_tag: str
+    library_name: str
+    base_model: str
+    gguf: bool
+    files: dict[str, FileInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    date: datetime | None
+    title: str
+
+
+def _text(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def _base_model(card: Any) -> str:
+    value = getattr(card, "base_model", None) if card is not None else None
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return _text(value, 200)
+
+
+def unavailable_status(err: HfHubHTTPError) -> RepoUnavailable | None:
+    """Map an error answer to a repo status; None when it is not about access (retry later)."""
+    response = err.response
+    status = response.status_code if response is not None else None
+    code = response.headers.get("X-Error-Code", "") if response is not None else ""
+    message = response.headers.get("X-Error-Message", "") if response is not None else ""
+    if isinstance(err, GatedRepoError) or code == "GatedRepo":
+        return RepoUnavailable("gated", "gated: accept the conditions on the Hub with our token")
+    if isinstance(err, DisabledRepoError) or status == 451 or "disabled" in message.lower():
+        return RepoUnavailable("disabled", "disabled on the Hub")
+    if isinstance(err, RepositoryNotFoundError) or code == "RepoNotFound":
+        if status == 404:
+            return RepoUnavailable("missing", "not found on the Hub (404)")
+        return RepoUnavailable("private", f"private: the Hub refused access ({status})")
+    if status in (401, 403):
+        return RepoUnavailable("private", f"private: the Hub refused access ({status})")
+    if status in (404, 410) and code in ("", "RepoNotFound"):
+        return RepoUnavailable("missing", f"not found on the Hub ({status})")
+    return None
+
+
+class HubClient:
+    """Read-only access to the Hub for the registry. `sleep` and `clock` are injectable."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        token: str | None = None,
+        *,
+        bucket: ratelimit.Bucket | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        max_wait: float = 120.0,
+    ) -> None:
+        self.endpoint = (endpoint or settings.HF_ENDPOINT).rstrip("/")
+        self.token = token if token is not None else settings.HF_TOKEN
+        # False, not None: never send a token found on this machine (CHECKS.md §7).
+        self._auth: str | bool = self.token or False
+        self.api = HfApi(endpoint=self.endpoint, token=self._auth)
+        self.bucket = bucket or ratelimit.hub_bucket(self.token)
+        self.sleep = sleep
+        self.max_attempts = max_attempts or int(ratelimit.config_value("HF_MAX_ATTEMPTS", "5"))
+        self.timeout = timeout or float(ratelimit.config_value("HF_TIMEOUT_SECONDS", "20"))
+        self.max_wait = max_wait
+        self.requests = 0
+
+    # --- the choke point ---------------------------------------------------------------------
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(30.0, 2.0 ** (attempt - 1)) * (0.5 + random.random()))
+
+    def _take_token(self, what: str) -> None:
+        waited = 0.0
+        while (wait := self.bucket.take()) > 0:
+            if waited + wait > self.max_wait:
+                raise HubUnavailable(f"{what}: rate limit, retry in {wait:.0f}s", wait)
+            self.sleep(wait)
+            waited += wait
+
+    def _call(self, what: str, request: Callable[[], T]) -> T:
+        """Run one HTTP request with the rate limit and retries; map access errors."""
+        last = ""
+        for attempt in range(1, self.max_attempts + 1):
+            self._take_token(what)
+            self.requests += 1
+            try:
+                return request()
+            except HfHubHTTPError as err:
+                unavailable = unavailable_status(err)
+                if unavailable is not None:
+                    raise unavailable from err
+                status = err.response.status_code if err.response is not None else None
+                if status == 429:
+                    wait = self._retry_after(err.response) or self._backoff(attempt)
+                    if wait > self.max_wait:
+                        raise HubUnavailable(f"{what}: rate limited for {wait:.0f}s", wait) from err
+                    self.bucket.block(wait)  # everyone on this credential waits, not only us
+                    last = f"rate limited (429, retry after {wait:.0f}s)"
+                elif status in RETRY_STATUSES:
+                    wait = self._backoff(attempt)
+                    last = f"Hub error {status}"
+                else:
+                    raise HubUnavailable(f"{what}: Hub answered {status}") from err
+            except TRANSIENT_ERRORS as err:
+                wait = self._backoff(attempt)
+                last = f"{type(err).__name__}: {err}"[:200]
+            if attempt < self.max_attempts:
+                logger.info("%s: %s; retry %d in %.1fs", what, last, attempt, wait)
+                self.sleep(wait)
+        raise HubUnavailable(f"{what}: {last} after {self.max_attempts} attempts")
+
+    @staticmethod
+    def _retry_after(response: httpx2.Response | None) -> float | None:
+        if response is None:
+            return None
+        info = parse_ratelimit_headers(response.headers)
+        if info is not None and info.remaining == 0:
+            return float(info.reset_in_seconds) + 1.0
+        value = (response.headers.get("Retry-After") or "").strip()
+        return float(value) + 1.0 if value.isdigit() else None
+
+    def _get(self, url: str, params: dict[str, Any] | None = None) -> httpx2.Response:
+        response = get_session().get(
+            url, params=params, headers=build_hf_headers(token=self._auth), timeout=self.timeout
+        )
+        hf_raise_for_status(response)
+        return response
+
+    def _pages(self, what: str, url: str, params: dict[str, Any]) -> Iterator[list[Any]]:
+        next_url: str | None = url
+        next_params: dict[str, Any] | None = params
+        while next_url is not None:
+            response = self._call(
+                what,
+                lambda u=next_url, p=next_params: self._get(u, p),  # type: ignore[misc]
+            )
+            payload = response.json()
+            if not isinstance(payload, list):
+                raise HubUnavailable(f"{what}: the Hub did not answer a list")
+            yield payload
+            next_url = response.links.get("next", {}).get("url")
+            next_params = None  # the next link carries the query
+
+    # --- what the registry asks --------------------------------------------------------------
+
+    def model_info(self, repo_id: str) -> RepoInfo:
+        """The repo's head commit and metadata, with file sizes and ids: one request."""
+        info = self._call(
+            f"{repo_id} info",
+            lambda: self.api.model_info(
+                repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
+            ),
+        )
+        if not info.sha:
+            raise HubUnavailable(f"{repo_id} info: the Hub did not say the head commit")
+        files = {
+            s.rfilename: FileInfo(
+                s.rfilename, s.size, s.blob_id or "", s.lfs.sha256 if s.lfs else None
+            )
+            for s in info.siblings or []
+        }
+        tags = [t for t in info.tags or [] if isinstance(t, str)][:200]
+        return RepoInfo(
+            repo_id=info.id or repo_id,
+            sha=info.sha,
+            last_modified=info.last_modified,
+            author=_text(info.author, 100) or repo_id.split("/", 1)[0],
+            private=bool(info.private),
+            gated=bool(info.gated),
+            disabled=bool(info.disabled),
+            downloads=int(info.downloads or 0),
+            likes=int(info.likes or 0),
+            tags=tags,
+            pipeline_tag=_text(info.pipeline_tag, 100),
+            library_name=_text(info.library_name, 100),
+            base_model=_base_model(info.card_data),
+            gguf=bool(info.gguf) or "gguf" in tags,
+            files=files,
+        )
+
+    def paths_info(
+        self, repo_id: str, revision: str, paths: tuple[str, ...]
+    ) -> dict[str, FileInfo]:
+        """Object ids of `paths` at `revision` (absent paths are left out): one request."""
+        url = f"{self.endpoint}/api/models/{repo_id}/paths-info/{quote(revision, safe='')}"
+
+        def request() -> httpx2.Response:
+            response = get_session().post(
+                url,
+                data={"paths": list(paths), "expand": False},
+                headers=build_hf_headers(token=self._auth),
+                timeout=self.timeout,
+            )
+            hf_raise_for_status(response)
+            return response
+
+        payload = self._call(f"{repo_id}@{revision[:8]} paths-info", request).json()
+        if not isinstance(payload, list):
+            raise HubUnavailable(f"{repo_id} paths-info: the Hub did not answer a list")
+        return {e.path: e for e in map(self._file_info, payload) if e is not None}
+
+    @staticmethod
+    def _file_info(item: Any) -> FileInfo | None:
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            return None
+        lfs = item.get("lfs")
+        return FileInfo(
+            path=item["path"],
+            size=item.get("size") if isinstance(item.get("size"), int) else None,
+            oid=str(item.get("oid") or ""),
+            lfs_sha256=str(lfs["oid"]) if isinstance(lfs, dict) and "oid" in lfs else None,
+            is_folder=item.get("type") == "directory",
+        )
+
+    def list_folder(self, repo_id: str, revision: str, folder: str) -> list[FileInfo]:
+        url = (
+            f"{self.endpoint}/api/models/{repo_id}/tree/{quote(revision, safe='')}/"
+            f"{quote(folder, safe='')}"
+        )
+        entries: list[FileInfo] = []
+        for page in self._pages(f"{repo_id} tree {folder}", url, {"recursive": False}):
+            entries += [e for e in map(self._file_info, page) if e is not None]
+            if len(entries) > 1000:
+                break
+        return entries
+
+    def iter_commits(self, repo_id: str, revision: str) -> Iterator[CommitInfo]:
+        """Commits reachable from `revision`, newest first; pages are fetched as consumed."""
+        url = f"{self.endpoint}/api/models/{repo_id}/commits/{quote(revision, safe='')}"
+        for page in self._pages(f"{repo_id} commits", url, {}):
+            for item in page:
+                if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                    continue
+                date = item.get("date")
+                yield CommitInfo(
+                    sha=item["id"][:40],
+                    date=parse_datetime(date) if isinstance(date, str) else None,
+                    title=_text(item.get("title"), 500),
+                )
+
+    def download(self, repo_id: str, revision: str, path: str, max_bytes: int) -> bytes:
+        """One file at a pinned commit, refusing more than `max_bytes` (BrokenRepo)."""
+        url = hf_hub_url(repo_id, path, revision=revision, endpoint=self.endpoint)
+
+        def request() -> bytes:
+            headers = build_hf_headers(token=self._auth)
+            with get_session().stream("GET", url, headers=headers, timeout=self.timeout) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    hf_raise_for_status(resp)
+                declared = resp.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise BrokenRepo(
+                        f"{path} is {int(declared):,} bytes, over the {max_bytes:,} cap"
+                    )
+                chunks, size = [], 0
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise BrokenRepo(f"{path} is over the {max_bytes:,}-byte cap")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+        return self._call(f"{repo_id}@{revision[:8]} {path}", request)
+
+    def iter_models(
+        self,
+        *,
+        author: str | None = None,
+        search: str | None = None,
+        pipeline_tag: str | None = None,
+        sort: str = "downloads",
+        limit: int = 100,
+    ) -> Iterator[str]:
+        """Repo ids of a Hub query (what `HfApi.list_models` asks), at most `limit`."""
+        params: dict[str, Any] = {"limit": limit}
+        if author:
+            params["author"] = author
+        if search:
+            params["search"] = search
+        if pipeline_tag:
+            params["pipeline_tag"] = pipeline_tag
+        if sort:
+            params["sort"] = sort
+        count = 0
+        for page in self._pages("list models", f"{self.endpoint}/api/models", params):
+            for item in page:
+                repo_id = item.get("id") if isinstance(item, dict) else None
+                if isinstance(repo_id, str):
+                    yield repo_id
+                    count += 1
+                    if count >= limit:
+                        return

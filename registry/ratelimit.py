@@ -1,0 +1,161 @@
+"""Rate limits: one token bucket per Hub credential shared by every worker, and a fixed-window
+limit for what strangers can trigger (tracking a repo through the API).
+
+With `REDIS_URL` the bucket is a Lua script in Redis (atomic across processes and machines);
+without it the embedded defaults keep it in the database cache, best effort (one machine)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.core.cache import cache
+
+#: Requests per 5 minutes the Hub allows: its documented API quota for free accounts,
+#: halved for anonymous use. Override with HF_REQUESTS_PER_5MIN.
+DEFAULT_PER_5MIN_TOKEN = 1000
+DEFAULT_PER_5MIN_ANONYMOUS = 500
+
+
+def config_value(name: str, default: str) -> str:
+    """A setting from Django settings, else the environment, else `default`."""
+    value = getattr(settings, name, None)
+    if value is None:
+        value = os.environ.get(name, default)
+    return str(value)
+
+
+def credential_key(token: str | None) -> str:
+    """Buckets are per credential; the key never contains the token itself."""
+    if not token:
+        return "anonymous"
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+class Bucket(Protocol):
+    def take(self) -> float:
+        """Take a token: return 0.0, or the seconds to wait before trying again."""
+        ...
+
+    def block(self, seconds: float) -> None:
+        """Stop everyone using this credential for `seconds` (the Hub said so with a 429)."""
+        ...
+
+
+_REDIS_TAKE = """
+local now = tonumber(ARGV[3])
+local blocked = tonumber(redis.call('GET', KEYS[2]) or '0')
+if blocked > now then return tostring(blocked - now) end
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1]) or capacity
+local ts = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+local wait = 0
+if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 60)
+return tostring(wait)
+"""
+
+
+class RedisBucket:
+    def __init__(
+        self,
+        name: str,
+        rate: float,
+        capacity: float,
+        url: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        import redis
+
+        self.key = f"cachesafe:hub-bucket:{name}"
+        self.block_key = f"{self.key}:blocked"
+        self.rate, self.capacity, self.clock = rate, capacity, clock
+        self.client = redis.Redis.from_url(url)
+        self.script = self.client.register_script(_REDIS_TAKE)
+
+    def take(self) -> float:
+        result = self.script(
+            keys=[self.key, self.block_key], args=[self.rate, self.capacity, self.clock()]
+        )
+        return float(result)
+
+    def block(self, seconds: float) -> None:
+        until = self.clock() + seconds
+        current = self.client.get(self.block_key)
+        if current is None or float(current) < until:
+            self.client.set(self.block_key, repr(until), ex=int(seconds) + 2)
+
+
+class CacheBucket:
+    """The same bucket in Django's cache; not atomic across processes (embedded mode only)."""
+
+    def __init__(
+        self, name: str, rate: float, capacity: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.key = f"hub-bucket:{name}"
+        self.block_key = f"{self.key}:blocked"
+        self.rate, self.capacity, self.clock = rate, capacity, clock
+
+    def take(self) -> float:
+        now = self.clock()
+        blocked = float(cache.get(self.block_key) or 0.0)
+        if blocked > now:
+            return blocked - now
+        state: Any = cache.get(self.key)
+        tokens, stamp = state if isinstance(state, tuple) else (self.capacity, now)
+        tokens = min(self.capacity, tokens + max(0.0, now - stamp) * self.rate)
+        wait = 0.0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / self.rate
+        cache.set(self.key, (tokens, now), timeout=int(self.capacity / self.rate) + 60)
+        return wait
+
+    def block(self, seconds: float) -> None:
+        until = self.clock() + seconds
+        if float(cache.get(self.block_key) or 0.0) < until:
+            cache.set(self.block_key, until, timeout=int(seconds) + 2)
+
+
+def hub_bucket(token: str | None, clock: Callable[[], float] = time.time) -> Bucket:
+    """The bucket of this credential: Redis when configured, the database cache otherwise."""
+    default = DEFAULT_PER_5MIN_TOKEN if token else DEFAULT_PER_5MIN_ANONYMOUS
+    per_5min = float(config_value("HF_REQUESTS_PER_5MIN", str(default)))
+    rate = per_5min / 300.0
+    # Bursts of up to a tenth of the window: a sync of one repo needs a handful at once.
+    capacity = max(1.0, min(100.0, per_5min / 10.0))
+    name = credential_key(token)
+    if settings.REDIS_URL:
+        return RedisBucket(name, rate, capacity, settings.REDIS_URL, clock)
+    return CacheBucket(name, rate, capacity, clock)
+
+
+def acquire(bucket: Bucket, sleep: Callable[[float], None], max_wait: float = 600.0) -> float:
+    """Wait for a token; return how long we waited. Gives up (returns) after `max_wait`."""
+    waited = 0.0
+    while (wait := bucket.take()) > 0 and waited < max_wait:
+        sleep(wait)
+        waited += wait
+    return waited
+
+
+def allow(key: str, limit: int, window_seconds: int) -> bool:
+    """Fixed-window counter in the shared cache: True while `key` stays within `limit`."""
+    slot = int(time.time() // window_seconds)
+    cache_key = f"ratelimit:{key}:{slot}"
+    cache.add(cache_key, 0, timeout=window_seconds + 5)
+    try:
+        count = cache.incr(cache_key)
+    except ValueError:  # expired between add and incr
+        cache.set(cache_key, 1, timeout=window_seconds + 5)
+        count = 1
+    return count <= limit

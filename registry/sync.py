@@ -1,0 +1,465 @@
+"""Sync tracked repos with the Hub: observe over the network, then record in one transaction.
+
+Observing reads nothing from the database it will write and writes nothing; recording is one
+transaction per repo, so a sync interrupted anywhere leaves either all of its rows or none.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import ratelimit
+from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
+from .models import (
+    HubModel,
+    ModelStatus,
+    NamedTemplate,
+    TemplateChange,
+    TemplateSnapshot,
+    TemplateVersion,
+)
+from .repo_files import (
+    CHAT_TEMPLATE_JINJA,
+    CONFIG_JSON,
+    TEMPLATE_DIR,
+    TEMPLATE_FILES,
+    TOKENIZER_CONFIG,
+    TOKENIZER_JSON,
+    WATCHED_PATHS,
+    ArchitectureFacts,
+    BrokenRepo,
+    FoundTemplates,
+    architecture_facts,
+    find_templates,
+    sha256_text,
+)
+from .signals import template_changed
+
+logger = logging.getLogger(__name__)
+
+#: Statuses that mean the repo at `template_files["commit"]` was read completely.
+SETTLED = frozenset({ModelStatus.OK, ModelStatus.NO_TEMPLATE, ModelStatus.BROKEN})
+Identity = tuple[str, tuple[tuple[str, str], ...]] | None
+
+
+def history_limit() -> int:
+    return int(ratelimit.config_value("REGISTRY_HISTORY_LIMIT", "50"))
+
+
+def size_cap(path: str) -> int:
+    """Templates are a few KB; tokenizer_config.json can carry a large added-tokens table."""
+    if path.endswith(".jinja"):
+        return int(ratelimit.config_value("REGISTRY_MAX_TEMPLATE_BYTES", str(1 << 20)))
+    return int(ratelimit.config_value("REGISTRY_MAX_JSON_BYTES", str(16 << 20)))
+
+
+@dataclass(frozen=True)
+class CommitTemplates:
+    """The templates at a commit where a watched file changed (found=None: no template)."""
+
+    commit: CommitInfo
+    found: FoundTemplates | None
+    tokenizer_json: FileInfo | None = None
+
+
+@dataclass
+class Observation:
+    """Everything one sync learned about a repo, ready to record."""
+
+    head_sha: str
+    head_date: datetime | None
+    states: list[CommitTemplates]  # oldest first
+    files_signature: dict[str, Any]
+    incremental: bool
+    history_complete: bool | None
+    broken_reason: str = ""
+    facts: ArchitectureFacts | None = None
+    info: RepoInfo | None = None
+    via_local: bool = False
+
+
+@dataclass
+class SyncResult:
+    repo_id: str
+    outcome: str  # "unchanged", "updated", "unavailable", "failed"
+    status: str
+    changes: int = 0
+    message: str = ""
+
+    def line(self) -> str:
+        text = f"{self.repo_id}: {self.status}"
+        if self.outcome == "unchanged":
+            text += " (unchanged)"
+        if self.changes:
+            text += f", {self.changes} template change(s) recorded"
+        if self.message:
+            text += f": {self.message}"
+        return text
+
+
+@dataclass
+class _Walk:
+    """State of a walk over commits, oldest to newest."""
+
+    signature: dict[str, str] | None
+    broken: str
+    states: list[CommitTemplates] = field(default_factory=list)
+
+
+def metadata_fields(info: RepoInfo) -> dict[str, Any]:
+    return {
+        "author": info.author,
+        "downloads": info.downloads,
+        "likes": info.likes,
+        "tags": info.tags,
+        "pipeline_tag": info.pipeline_tag,
+        "library_name": info.library_name,
+        "base_model": info.base_model,
+        "last_commit_sha": info.sha,
+        "last_commit_at": info.last_modified,
+    }
+
+
+def facts_fields(facts: ArchitectureFacts) -> dict[str, Any]:
+    return {
+        "model_type": facts.model_type,
+        "architectures": list(facts.architectures),
+        "is_hybrid": facts.is_hybrid,
+        "has_sliding_window": facts.has_sliding_window,
+        "quantization": facts.quantization,
+    }
+
+
+def _assign(model: HubModel, values: dict[str, Any]) -> list[str]:
+    """Set the fields that differ; return their names (nothing to save when empty)."""
+    changed = []
+    for name, value in values.items():
+        if getattr(model, name) != value:
+            setattr(model, name, value)
+            changed.append(name)
+    return changed
+
+
+class RegistrySync:
+    """Sync HubModels with the Hub through one HubClient."""
+
+    def __init__(self, client: HubClient | None = None, limit: int | None = None) -> None:
+        self.client = client or HubClient()
+        self.limit = limit or history_limit()
+
+    # --- entry point -----------------------------------------------------------------------
+
+    def sync(self, model: HubModel, *, force: bool = False) -> SyncResult:
+        """Bring one model up to date; raises HubUnavailable when the Hub should be retried."""
+        try:
+            info = self.client.model_info(model.repo_id)
+        except RepoUnavailable as gone:
+            return record_unavailable(model.pk, gone.status, gone.reason, None)
+        except HubUnavailable as err:
+            record_failure(model.pk, str(err))
+            raise
+        if info.disabled:
+            return record_unavailable(model.pk, ModelStatus.DISABLED, "disabled on the Hub", info)
+        known = model.template_files.get("commit") if model.template_files else None
+        if not force and known == info.sha and model.status in SETTLED:
+            return record_unchanged(model.pk, info)
+        try:
+            observation = self.observe(model, info, incremental=bool(known) and not force)
+        except RepoUnavailable as gone:
+            return record_unavailable(model.pk, gone.status, gone.reason, info)
+        except HubUnavailable as err:
+            record_failure(model.pk, str(err))
+            raise
+        return record(model.pk, observation)
+
+    # --- observing -------------------------------------------------------------------------
+
+    def observe(self, model: HubModel, info: RepoInfo, *, incremental: bool) -> Observation:
+        repo_id = info.repo_id if info.repo_id == model.repo_id else model.repo_id
+        known = model.template_files.get("commit") if incremental else None
+        window: list[CommitInfo] = []  # newest first
+        reached_known = False
+        complete = True
+        for commit in self.client.iter_commits(repo_id, info.sha):
+            if known and commit.sha == known:
+                reached_known = True
+                break
+            window.append(commit)
+            if len(window) >= self.limit:
+                complete = False
+                break
+        if not window and not reached_known:
+            window = [CommitInfo(info.sha, info.last_modified, "")]
+        walk = _Walk(
+            signature=model.template_files.get("paths") if reached_known else None,
+            broken=model.status_reason
+            if reached_known and model.status == ModelStatus.BROKEN
+            else "",
+        )
+        blobs: dict[str, bytes] = {}
+        for commit in reversed(window):
+            self._observe_commit(repo_id, commit, walk, blobs)
+        architecture = self._architecture(repo_id, info, blobs)
+        broken = walk.broken
+        facts = architecture if isinstance(architecture, ArchitectureFacts) else None
+        if isinstance(architecture, str):
+            broken = broken or architecture
+        return Observation(
+            head_sha=info.sha,
+            head_date=info.last_modified,
+            states=walk.states,
+            files_signature={"commit": info.sha, "paths": walk.signature or {}},
+            incremental=reached_known,
+            history_complete=None if reached_known else complete,
+            broken_reason=broken,
+            facts=facts,
+            info=info,
+        )
+
+    def _observe_commit(
+        self, repo_id: str, commit: CommitInfo, walk: _Walk, blobs: dict[str, bytes]
+    ) -> None:
+        entries = self.client.paths_info(repo_id, commit.sha, WATCHED_PATHS)
+        signature = {path: entry.content_id for path, entry in sorted(entries.items())}
+        if signature == walk.signature:
+            return
+        walk.signature = signature
+        try:
+            files = self._template_files(repo_id, commit.sha, entries, blobs)
+            found = find_templates(files)
+        except BrokenRepo as err:
+            # Only the head's state decides the status; an older broken commit is skipped.
+            walk.broken = str(err)
+            return
+        walk.broken = ""
+        walk.states.append(CommitTemplates(commit, found, entries.get(TOKENIZER_JSON)))
+
+    def _fetch(
+        self, repo_id: str, revision: str, entry: FileInfo, blobs: dict[str, bytes]
+    ) -> bytes:
+        cap = size_cap(entry.path)
+        if entry.size is not None and entry.size > cap:
+            raise BrokenRepo(f"{entry.path} is {entry.size:,} bytes, over the {cap:,}-byte cap")
+        key = f"{entry.path}\0{entry.content_id}"
+        if key not in blobs or not entry.content_id:
+            blobs[key] = self.client.download(repo_id, revision, entry.path, cap)
+        return blobs[key]
+
+    def _template_files(
+        self, repo_id: str, revision: str, entries: dict[str, FileInfo], blobs: dict[str, bytes]
+    ) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
+        wanted = [entries[p] for p in TEMPLATE_FILES if p in entries and not entries[p].is_folder]
+        # chat_template.jinja wins over tokenizer_config.json's template, but the tokens are
+        # still read from tokenizer_config.json, so both are fetched.
+        folder = entries.get(TEMPLATE_DIR)
+        if folder is not None and folder.is_folder:
+            listed = self.client.list_folder(repo_id, revision, TEMPLATE_DIR)
+            wanted += [e for e in listed if not e.is_folder and e.path.endswith(".jinja")]
+        for entry in wanted:
+            files[entry.path] = self._fetch(repo_id, revision, entry, blobs)
+        return files
+
+    def _architecture(
+        self, repo_id: str, info: RepoInfo, blobs: dict[str, bytes]
+    ) -> ArchitectureFacts | str:
+        """Facts from config.json at the head (a broken-status reason when it is unusable).
+
+        The download doubles as the access check: a gated repo answers model info but refuses
+        files, which raises RepoUnavailable here even when no template file changed."""
+        probe = info.files.get(CONFIG_JSON)
+        for path in (CHAT_TEMPLATE_JINJA, TOKENIZER_CONFIG):
+            if probe is None:
+                probe = info.files.get(path)
+        try:
+            data = self._fetch(repo_id, info.sha, probe, blobs) if probe is not None else None
+            config = data if probe is not None and probe.path == CONFIG_JSON else None
+            return architecture_facts(config, info.tags)
+        except BrokenRepo as err:
+            return str(err)
+
+
+# --- recording (one transaction per repo) ---------------------------------------------------
+
+
+def _identity_of(snapshot: TemplateSnapshot | None) -> Identity:
+    if snapshot is None:
+        return None
+    named = tuple(
+        sorted(
+            (n.name, n.version.sha256) for n in snapshot.named_templates.select_related("version")
+        )
+    )
+    return (snapshot.default_template.sha256, named)
+
+
+def _identity(found: FoundTemplates | None) -> Identity:
+    return found.identity() if found is not None else None
+
+
+def _version(text: str, cache: dict[str, TemplateVersion]) -> TemplateVersion:
+    sha = sha256_text(text)
+    if sha not in cache:
+        cache[sha], _ = TemplateVersion.objects.get_or_create_for_text(text)
+    return cache[sha]
+
+
+def _snapshot(
+    model: HubModel, state: CommitTemplates, versions: dict[str, TemplateVersion]
+) -> TemplateSnapshot:
+    found = state.found
+    assert found is not None
+    tokenizer = state.tokenizer_json
+    snapshot, created = TemplateSnapshot.objects.get_or_create(
+        model=model,
+        commit_sha=state.commit.sha,
+        defaults={
+            "committed_at": state.commit.date,
+            "source_file": found.source_file,
+            "default_template": _version(found.default, versions),
+            "special_tokens": found.special_tokens,
+            "tokenizer_json_sha": tokenizer.content_id if tokenizer else "",
+            "tokenizer_json_size": tokenizer.size if tokenizer else None,
+        },
+    )
+    if created:
+        NamedTemplate.objects.bulk_create(
+            NamedTemplate(snapshot=snapshot, name=name[:100], version=_version(text, versions))
+            for name, text in sorted(found.named.items())
+        )
+    return snapshot
+
+
+def record(model_pk: int, observation: Observation) -> SyncResult:
+    """Write what a sync observed, all or nothing; send template_changed after commit."""
+    with transaction.atomic():
+        model = HubModel.objects.select_for_update().get(pk=model_pk)
+        if (
+            not observation.via_local
+            and model.template_files.get("commit") == observation.head_sha
+            and model.status in SETTLED
+            and not observation.states
+        ):
+            return SyncResult(model.repo_id, "unchanged", model.status)  # a concurrent sync won
+        current: TemplateSnapshot | None = None
+        if observation.incremental and model.current_snapshot_id:
+            current = TemplateSnapshot.objects.select_related("default_template").get(
+                pk=model.current_snapshot_id
+            )
+        identity = _identity_of(current)
+        version = current.default_template if current is not None else None
+        snapshot = current
+        versions: dict[str, TemplateVersion] = {}
+        created: list[TemplateChange] = []
+        for state in observation.states:
+            snapshot = _snapshot(model, state, versions) if state.found is not None else None
+            new_identity = _identity(state.found)
+            if new_identity == identity:
+                continue
+            new_version = snapshot.default_template if snapshot is not None else None
+            change, was_created = TemplateChange.objects.get_or_create(
+                model=model,
+                commit_sha=state.commit.sha,
+                defaults={
+                    "committed_at": state.commit.date,
+                    "title": state.commit.title,
+                    "old_version": version,
+                    "new_version": new_version,
+                    "snapshot": snapshot,
+                },
+            )
+            if was_created:
+                created.append(change)
+            identity, version = new_identity, new_version
+
+        values: dict[str, Any] = {
+            "template_files": observation.files_signature,
+            "sync_error": "",
+            "last_synced_at": timezone.now(),
+        }
+        if observation.states:
+            values["current_snapshot"] = snapshot
+        if observation.history_complete is not None:
+            values["history_complete"] = observation.history_complete
+        if observation.info is not None:
+            values |= metadata_fields(observation.info)
+        else:
+            values |= {
+                "last_commit_sha": observation.head_sha,
+                "last_commit_at": observation.head_date,
+            }
+        if observation.facts is not None:
+            values |= facts_fields(observation.facts)
+            if not model.family and observation.facts.model_type:
+                values["family"] = observation.facts.model_type
+        if observation.broken_reason:
+            values |= {"status": ModelStatus.BROKEN, "status_reason": observation.broken_reason}
+        elif identity is None:
+            values |= {"status": ModelStatus.NO_TEMPLATE, "status_reason": "no chat template"}
+        else:
+            values |= {"status": ModelStatus.OK, "status_reason": ""}
+        if created:
+            dates = [c.committed_at for c in created if c.committed_at is not None]
+            values["last_template_change_at"] = max(dates) if dates else timezone.now()
+        changed = _assign(model, values)
+        model.save(update_fields=changed)
+        for change in created:
+            transaction.on_commit(partial(_announce, change.pk))
+    return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
+
+
+def _announce(change_id: int) -> None:
+    template_changed.send(sender=TemplateChange, change_id=change_id)
+
+
+def record_unchanged(model_pk: int, info: RepoInfo) -> SyncResult:
+    """Nothing new upstream: refresh counters that moved, and the sync time."""
+    model = HubModel.objects.get(pk=model_pk)
+    changed = _assign(model, metadata_fields(info) | {"sync_error": ""})
+    model.last_synced_at = timezone.now()
+    model.save(update_fields=[*changed, "last_synced_at"])
+    return SyncResult(model.repo_id, "unchanged", model.status)
+
+
+def record_unavailable(
+    model_pk: int, status: str, reason: str, info: RepoInfo | None
+) -> SyncResult:
+    """Gated, private, missing or disabled: say so, and keep the last known templates."""
+    model = HubModel.objects.get(pk=model_pk)
+    values: dict[str, Any] = {"status": status, "status_reason": reason, "sync_error": ""}
+    if info is not None:
+        values |= metadata_fields(info)
+    changed = _assign(model, values)
+    model.last_synced_at = timezone.now()
+    model.save(update_fields=[*changed, "last_synced_at"])
+    return SyncResult(model.repo_id, "unavailable", status, message=reason)
+
+
+def record_failure(model_pk: int, message: str) -> None:
+    """The Hub could not be read this time: keep everything, note why (shown on the page)."""
+    HubModel.objects.filter(pk=model_pk).update(sync_error=message[:1000])
+
+
+def sync_repo_ids(
+    repo_ids: list[str] | None, *, force: bool = False, client: HubClient | None = None
+) -> list[SyncResult]:
+    """Sync the named repos (tracking the untracked ones), or every tracked Hub repo."""
+    syncer = RegistrySync(client)
+    if repo_ids:
+        models = [HubModel.objects.track(r, via="track")[0] for r in repo_ids]
+    else:
+        models = list(HubModel.objects.stalest())
+    results = []
+    for model in models:
+        try:
+            results.append(syncer.sync(model, force=force))
+        except HubUnavailable as err:
+            results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
+    return results

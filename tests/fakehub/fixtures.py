@@ -1,0 +1,48 @@
+"""Pytest fixtures for the registry's tests: import them into a test module to use them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .corpus import build_corpus_hub
+from .server import FakeHub
+
+
+class Sleeps(list[float]):
+    """An injected `sleep` that records how long the code wanted to wait, and returns at once."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def fake_hub() -> Iterator[FakeHub]:
+    """An empty fake Hub on a free 127.0.0.1 port."""
+    hub = FakeHub().start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture
+def corpus_hub(fake_hub: FakeHub, corpus_dir: Path) -> FakeHub:
+    """The fake Hub serving one repo per corpus repo id."""
+    build_corpus_hub(fake_hub.store, corpus_dir)
+    return fake_hub
+
+
+@pytest.fixture
+def hub_settings(settings: Any, fake_hub: FakeHub) -> Any:
+    """Settings pointing the registry at the fake Hub, anonymous, with no rate-limit waits."""
+    settings.HF_ENDPOINT = fake_hub.url
+    settings.HF_TOKEN = None
+    settings.HF_REQUESTS_PER_5MIN = 10**9
+    return settings
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
