@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,3 +36,23 @@ def embedded_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env["CACHESAFE_VAR_DIR"] = str(tmp_path / "var")
     env["PYTHONUNBUFFERED"] = "1"
     yield env
+
+
+@pytest.fixture
+def celery_workers(transactional_db: None, tmp_path: Path) -> Iterator[Any]:
+    """Start real Celery workers: `celery_workers(**options)` returns a running WorkerProcess."""
+    from tests.workerproc import WorkerProcess
+    from workers.celery import app
+
+    app.control.purge()
+    started: list[WorkerProcess] = []
+
+    def start(**options: Any) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, **options)
+        started.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in started:
+        worker.stop()
+    app.control.purge()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
 from kombu import Queue
@@ -14,11 +15,20 @@ QUEUES = ("default", "hub", "checks", "mlx", "notify")
 #: What a main (non-Mac) worker consumes.
 MAIN_QUEUES = ("default", "hub", "checks", "notify")
 
-app = Celery("cachesafe")
+app = Celery("cachesafe", include=["workers.tasks", "workers.checking"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
+def route_by_task(
+    name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any
+) -> Any:
+    """Every task names its queue (`queue_name=` on the decorator); this sends it there."""
+    queue = getattr(task, "queue_name", None)
+    return {"queue": queue} if queue else None
+
+
 app.conf.update(
+    task_routes=(route_by_task,),
     task_queues=[Queue(name) for name in QUEUES],
     task_default_queue="default",
     task_ignore_result=True,

@@ -20,6 +20,16 @@ class ScheduledJob:
 
 
 DEFAULT_SCHEDULE: list[ScheduledJob] = [
+    ScheduledJob(
+        "Dispatch template changes", "workers.dispatch_template_changes", "default", 30, {}
+    ),
+    ScheduledJob(
+        "Check what the engine has not checked",
+        "workers.request_missing_checks",
+        "default",
+        120,
+        {},
+    ),
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", "default", 86400, {}),
 ]
 

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "cachesafe",
     "registry",
+    "dashboard",
     "workers",
 ]
 
@@ -111,7 +112,9 @@ CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if REDIS_URL:
     # Above the longest task's hard limit, so an acks_late task of a killed worker is
     # redelivered only once it can no longer be running anywhere.
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "visibility_timeout": env.integer("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)
+    }
 else:
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
@@ -126,6 +129,9 @@ else:
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "workers.beat:RecordingDatabaseScheduler"
+
+# Wall time one template check may take in its sandbox before it ends as an `error` verdict.
+CHECK_WALL_SECONDS = float(env.integer("CHECK_WALL_SECONDS", 10, minimum=1, maximum=300))
 
 # Hugging Face Hub.
 HF_ENDPOINT = env.text("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
