@@ -1,10 +1,7 @@
 from __future__ import annotations
 
-from django.urls import path
-
-from . import views
+from django.urls import URLPattern
 
 app_name = "registry"
-urlpatterns = [
-    path("", views.catalog, name="catalog"),
-]
+# The catalog moved to dashboard/ ("dashboard:catalog").
+urlpatterns: list[URLPattern] = []

@@ -1,35 +1,136 @@
+"""The catalog page `/`: search, filters, sort, pagination, htmx fragments, query counts."""
+
 from __future__ import annotations
 
 import pytest
 from django.test import Client
+from pytest_django import DjangoAssertNumQueries
 
 from registry.demo import DEMO_MODELS, seed_demo_catalog
-from registry.models import HubModel
+from registry.models import HubModel, ModelStatus
+from tests.dashboard_data import (
+    HOSTILE_REPO,
+    PENDING_REPO,
+    Catalog,
+    build_catalog,
+    healthy_service,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_catalog_is_seeded_once() -> None:
+@pytest.fixture
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def rows(body: str) -> list[str]:
+    """Repo ids in the order the catalog lists them."""
+    found = []
+    for chunk in body.split('class="repo" href="/m/')[1:]:
+        found.append(chunk.split("/", 2)[0] + "/" + chunk.split("/", 2)[1])
+    return found
+
+
+def test_demo_catalog_is_seeded_once_and_checked() -> None:
     assert seed_demo_catalog() == len(DEMO_MODELS)
     assert seed_demo_catalog() == 0
-    assert HubModel.objects.filter(is_demo=True).count() == len(DEMO_MODELS)
+    demo = HubModel.objects.filter(is_demo=True)
+    assert demo.count() == len(DEMO_MODELS)
+    # The engine ran: no demo model is left "not checked yet".
+    assert set(demo.values_list("verdict", flat=True)) == {"safe", "unsafe"}
 
 
-def test_catalog_lists_and_searches_models(client: Client) -> None:
-    seed_demo_catalog()
-    page = client.get("/").content.decode()
+def test_catalog_lists_every_model_with_its_verdict(client: Client, catalog: Catalog) -> None:
+    body = client.get("/").content.decode()
     for demo in DEMO_MODELS:
-        assert demo.repo_id in page
-    found = client.get("/", {"q": "marker"}).content.decode()
-    assert "cachesafe-demo/marker-chat-8b" in found
-    assert "cachesafe-demo/chatml-tools-7b" not in found
+        assert demo.repo_id in body
+    assert "Cache-safe" in body and "Breaks the cache" in body and "Not checked yet" in body
+    assert rows(body)[0] == "cachesafe-demo/chatml-tools-7b"  # most downloads first
 
 
-def test_htmx_search_returns_only_the_results_fragment(client: Client) -> None:
-    seed_demo_catalog()
+def test_search_matches_repo_id_author_family_and_tags(client: Client, catalog: Catalog) -> None:
+    assert rows(client.get("/", {"q": "marker"}).content.decode()) == [
+        "cachesafe-demo/marker-chat-8b"
+    ]
+    assert rows(client.get("/", {"q": "slow-org"}).content.decode()) == [PENDING_REPO]
+    assert rows(client.get("/", {"q": "thinker"}).content.decode()) == [
+        "cachesafe-demo/thinker-30b-a3b"
+    ]
+    assert rows(client.get("/", {"q": "reasoning"}).content.decode()) == [
+        "cachesafe-demo/thinker-30b-a3b"
+    ]
+    none = client.get("/", {"q": "no-such-model"}).content.decode()
+    assert rows(none) == [] and "No model matches" in none
+    assert "/track/?repo_id=no-such-model" in none
+
+
+def test_filters_narrow_the_list(client: Client, catalog: Catalog) -> None:
+    safe = rows(client.get("/", {"verdict": "safe"}).content.decode())
+    assert safe == ["cachesafe-demo/chatml-tools-7b"]
+    hybrid = rows(client.get("/", {"hybrid": "yes"}).content.decode())
+    assert hybrid == ["cachesafe-demo/thinker-30b-a3b"]
+    assert catalog.changed.repo_id not in rows(client.get("/", {"hybrid": "no"}).content.decode())
+    by_author = rows(client.get("/", {"author": "evil-org"}).content.decode())
+    assert by_author == [HOSTILE_REPO]
+    # The thinker's template reads enable_thinking; the others have no switch.
+    thinking = rows(client.get("/", {"thinking": "same"}).content.decode())
+    assert thinking == ["cachesafe-demo/thinker-30b-a3b"]
+    tools_safe = rows(client.get("/", {"tools": "safe"}).content.decode())
+    assert tools_safe == ["cachesafe-demo/chatml-tools-7b"]
+    assert len(rows(client.get("/", {"probe": "none"}).content.decode())) == 5
+
+
+def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: Catalog) -> None:
+    response = client.get("/", {"verdict": "bogus", "sort": "'; drop", "page": "x"})
+    assert response.status_code == 200
+    assert len(rows(response.content.decode())) == 5
+
+
+def test_sort_by_name_and_by_last_change(client: Client, catalog: Catalog) -> None:
+    names = rows(client.get("/", {"sort": "name"}).content.decode())
+    assert names == sorted(names)
+    HubModel.objects.filter(repo_id=PENDING_REPO).update(
+        last_template_change_at="2030-01-01T00:00Z"
+    )
+    assert rows(client.get("/", {"sort": "changed"}).content.decode())[0] == PENDING_REPO
+
+
+def test_pagination_keeps_the_filters_in_its_links(client: Client) -> None:
+    HubModel.objects.bulk_create(
+        HubModel(repo_id=f"bulk/m{i:03d}", author="bulk", status=ModelStatus.OK, downloads=i)
+        for i in range(120)
+    )
+    first = client.get("/", {"q": "bulk", "sort": "name"}).content.decode()
+    assert rows(first)[0] == "bulk/m000" and len(rows(first)) == 50
+    assert "Page 1 of 3" in first
+    assert 'href="?q=bulk&amp;sort=name&amp;page=2"' in first
+    third = client.get("/", {"q": "bulk", "sort": "name", "page": "3"}).content.decode()
+    assert rows(third)[-1] == "bulk/m119" and len(rows(third)) == 20
+
+
+def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:
     response = client.get("/", {"q": "thinker"}, headers={"HX-Request": "true"})
     body = response.content.decode()
     assert response.status_code == 200
-    assert body.lstrip().startswith('<div id="results">')
+    assert body.lstrip().startswith('<div id="results"')
     assert "<html" not in body
-    assert "cachesafe-demo/thinker-30b-a3b" in body
+    assert rows(body) == ["cachesafe-demo/thinker-30b-a3b"]
+
+
+@pytest.mark.usefixtures("healthy_service")
+def test_the_catalog_costs_two_queries_however_many_models(
+    client: Client, catalog: Catalog, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    HubModel.objects.bulk_create(
+        HubModel(repo_id=f"bulk/m{i:03d}", author="bulk", status=ModelStatus.OK) for i in range(80)
+    )
+    # One COUNT for the paginator, one SELECT with the catalog verdicts joined: no N+1.
+    with django_assert_num_queries(2):
+        response = client.get("/", {"verdict": "pending", "hybrid": "no"})
+    assert response.status_code == 200
+    assert len(rows(response.content.decode())) == 50
+
+
+def test_post_is_refused(client: Client) -> None:
+    assert client.post("/").status_code == 405

@@ -1,0 +1,188 @@
+"""The JSON API: search and list models, template versions, check results, the OpenAPI schema.
+
+`GET /api/models/<org>/<name>` belongs to registry.api; `model_check_fields` is what it adds to
+its dict (variants, check results, probe results) so both stay one view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
+from registry.verdicts import latest_check
+
+from .catalog import PAGE_SIZE, CatalogQuery, models_using
+from .openapi import schema
+from .reports import failing_pairs, rebuild, variant_key
+
+
+def _model_url(repo_id: str) -> str:
+    org, name = repo_id.split("/", 1)
+    return reverse("dashboard:model", args=[org, name])
+
+
+def _absolute(request: HttpRequest, path: str) -> str:
+    return request.build_absolute_uri(path)
+
+
+def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
+    catalog = getattr(model, "catalog_verdict", None)
+    return {
+        "repo_id": model.repo_id,
+        "author": model.author,
+        "family": model.family,
+        "status": model.status,
+        "verdict": model.verdict,
+        "summary": model.verdict_summary,
+        "thinking": catalog.thinking if catalog else None,
+        "thinking_off": (catalog.thinking_off or None) if catalog else None,
+        "thinking_on": (catalog.thinking_on or None) if catalog else None,
+        "tools": catalog.tools if catalog else None,
+        "probe": catalog.probe if catalog else "none",
+        "is_hybrid": model.is_hybrid,
+        "downloads": model.downloads,
+        "last_template_change_at": (
+            model.last_template_change_at.isoformat() if model.last_template_change_at else None
+        ),
+        "url": _absolute(request, _model_url(model.repo_id)),
+    }
+
+
+@require_GET
+def models_list(request: HttpRequest) -> JsonResponse:
+    """Search and list: the catalog's query parameters, as JSON."""
+    query = CatalogQuery.from_params(request.GET)
+    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
+    path = reverse("dashboard:api_models")
+
+    def link(number: int) -> str:
+        return _absolute(request, path + query.url(page=str(number)))
+
+    return JsonResponse(
+        {
+            "count": page.paginator.count,
+            "page": page.number,
+            "pages": page.paginator.num_pages,
+            "next": link(page.next_page_number()) if page.has_next() else None,
+            "previous": link(page.previous_page_number()) if page.has_previous() else None,
+            "results": [model_row(request, model) for model in page],
+        }
+    )
+
+
+def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun) -> dict[str, Any]:
+    """A check's status, verdict, variants and failures, each failure with its diff page."""
+    report = rebuild(run.report) if run.status == CheckStatus.DONE else None
+    data: dict[str, Any] = {
+        "template_sha256": version.sha256,
+        "engine_version": run.engine_version,
+        "status": run.status,
+        "progress": run.progress,
+        "verdict": run.verdict,
+        "summary": run.summary,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "variants": [],
+        "failures": [],
+        "findings": [],
+    }
+    if report is None:
+        return data
+    data["variants"] = [
+        {
+            "key": variant_key(v),
+            "label": v.label,
+            "template_name": v.template_name,
+            "kwargs": v.kwargs,
+            "verdict": v.verdict,
+            "mean_reusable_share": v.mean_reusable_share,
+        }
+        for v in report.variants
+    ]
+    failures = []
+    for location in failing_pairs(report):
+        pair, divergence = location.pair, location.pair.divergence
+        url = reverse("dashboard:pair", args=[version.sha256, *location.url_args])
+        failures.append(
+            {
+                "variant": location.variant_key,
+                "session": location.session.session,
+                "request_index": pair.index,
+                "status": pair.status,
+                "cause": pair.cause,
+                "detail": pair.detail,
+                "byte_offset": divergence.byte_offset if divergence else None,
+                "token_index": divergence.token_index if divergence else None,
+                "segment": divergence.segment_before if divergence else None,
+                "template_lines": (
+                    sorted(set(divergence.lines_before + divergence.lines_after))
+                    if divergence
+                    else []
+                ),
+                "reusable_share": pair.reusable_share,
+                "diff_url": _absolute(request, url),
+            }
+        )
+    data["failures"] = failures
+    data["findings"] = [
+        {"kind": f.kind, "lines": list(f.lines), "message": f.message, "status": f.status}
+        for f in report.findings
+    ]
+    return data
+
+
+@require_GET
+def template_detail(request: HttpRequest, sha256: str) -> JsonResponse:
+    version = get_object_or_404(TemplateVersion, sha256=sha256)
+    run = latest_check(version)
+    users = [model.repo_id for model in models_using(version, limit=500)]
+    return JsonResponse(
+        {
+            "sha256": version.sha256,
+            "size": version.size,
+            "first_seen": version.first_seen.isoformat(),
+            "text": version.text,
+            "url": _absolute(request, reverse("dashboard:template", args=[version.sha256])),
+            "check": check_payload(request, version, run) if run else None,
+            "models": [
+                {"repo_id": repo_id, "url": _absolute(request, _model_url(repo_id))}
+                for repo_id in users
+            ],
+        }
+    )
+
+
+@require_GET
+def check_detail(request: HttpRequest, sha256: str) -> JsonResponse:
+    """The newest check of a template version, with every failing pair."""
+    version = get_object_or_404(TemplateVersion.objects.defer("text"), sha256=sha256)
+    run = latest_check(version)
+    if run is None:
+        return JsonResponse({"error": "this template has not been checked yet"}, status=404)
+    return JsonResponse(check_payload(request, version, run))
+
+
+def model_check_fields(request: HttpRequest, model: HubModel) -> dict[str, Any]:
+    """What registry.api's model detail adds: the current check with variants and failures,
+    the per-variant verdicts, and probe results (none stored yet)."""
+    snapshot = model.current_snapshot
+    run = latest_check(snapshot.default_template) if snapshot else None
+    catalog = getattr(model, "catalog_verdict", None)
+    return {
+        "variants": catalog.variants if catalog else [],
+        "check": check_payload(request, snapshot.default_template, run)
+        if snapshot and run
+        else None,
+        "probe": None,
+        "page_url": _absolute(request, _model_url(model.repo_id)),
+    }
+
+
+@require_GET
+def openapi(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(schema(_absolute(request, "/")))

@@ -1,0 +1,130 @@
+"""The catalog's state, all of it in the query string: search, filters, sort, page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from urllib.parse import urlencode
+
+from django.db.models import Q, QuerySet
+from django.http import QueryDict
+
+from registry.models import HubModel, TemplateVersion, Verdict
+
+from .models import ProbeStatus, Thinking, Tools
+
+PAGE_SIZE = 50
+
+SORTS = {
+    "downloads": ("-downloads", "repo_id"),
+    "changed": ("-last_template_change_at", "repo_id"),
+    "name": ("repo_id",),
+}
+SORT_LABELS = {"downloads": "Downloads", "changed": "Last template change", "name": "Name"}
+HYBRID_CHOICES = {"yes": "Hybrid (recurrent) only", "no": "Attention only"}
+# The catalog needs only these columns; the rest of HubModel stays in the database.
+LIST_FIELDS = (
+    "repo_id",
+    "author",
+    "family",
+    "downloads",
+    "verdict",
+    "verdict_summary",
+    "is_hybrid",
+    "is_demo",
+    "status",
+    "last_template_change_at",
+    "catalog_verdict__thinking",
+    "catalog_verdict__thinking_off",
+    "catalog_verdict__thinking_on",
+    "catalog_verdict__tools",
+    "catalog_verdict__probe",
+)
+
+
+def _choice(value: str | None, allowed: object) -> str:
+    """An unknown filter value is ignored (an old or hand-edited link still shows something)."""
+    value = (value or "").strip()
+    return value if value and value in allowed else ""  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class CatalogQuery:
+    q: str = ""
+    verdict: str = ""
+    thinking: str = ""
+    hybrid: str = ""
+    tools: str = ""
+    probe: str = ""
+    author: str = ""
+    sort: str = "downloads"
+    page: str = "1"
+
+    @classmethod
+    def from_params(cls, params: QueryDict) -> CatalogQuery:
+        return cls(
+            q=params.get("q", "").strip()[:200],
+            verdict=_choice(params.get("verdict"), Verdict.values),
+            thinking=_choice(params.get("thinking"), Thinking.values),
+            hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
+            tools=_choice(params.get("tools"), Tools.values),
+            probe=_choice(params.get("probe"), ProbeStatus.values),
+            author=params.get("author", "").strip()[:100],
+            sort=_choice(params.get("sort"), SORTS) or "downloads",
+            page=params.get("page", "1")[:10],
+        )
+
+    def models(self) -> QuerySet[HubModel]:
+        """The matching models, sorted, with only the columns a catalog row shows."""
+        # Repo id, family, tags, model type; the author is the repo id's first part.
+        models = HubModel.objects.search(self.q)
+        if self.verdict:
+            models = models.filter(verdict=self.verdict)
+        if self.thinking:
+            models = models.filter(catalog_verdict__thinking=self.thinking)
+        if self.hybrid:
+            models = models.filter(is_hybrid=self.hybrid == "yes")
+        if self.tools:
+            models = models.filter(catalog_verdict__tools=self.tools)
+        if self.probe:
+            if self.probe == ProbeStatus.NONE:
+                models = models.filter(
+                    Q(catalog_verdict__isnull=True) | Q(catalog_verdict__probe=self.probe)
+                )
+            else:
+                models = models.filter(catalog_verdict__probe=self.probe)
+        if self.author:
+            models = models.filter(author=self.author)
+        return (
+            models.select_related("catalog_verdict").only(*LIST_FIELDS).order_by(*SORTS[self.sort])
+        )
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The non-default parts, in a fixed order: what a shareable link carries."""
+        defaults = CatalogQuery()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
+
+    def url(self, **changes: str) -> str:
+        """This state with some parts changed, as `?…` (a filter change returns to page 1)."""
+        if "page" not in changes:
+            changes["page"] = "1"
+        query = urlencode(replace(self, **changes).params)
+        return f"?{query}" if query else "?"
+
+    @property
+    def active(self) -> bool:
+        return any(k != "page" and k != "sort" for k in self.params)
+
+
+def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubModel]:
+    """Models that have had this version as their default template, most downloaded first."""
+    return (
+        HubModel.objects.filter(snapshots__default_template=version)
+        .distinct()
+        .only("repo_id", "verdict", "downloads")
+        .order_by("-downloads", "repo_id")[:limit]
+    )

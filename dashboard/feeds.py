@@ -1,0 +1,101 @@
+"""Atom feeds of template changes: all models, one author, one model."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.contrib.syndication.views import Feed
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest
+from django.urls import reverse
+from django.utils.feedgenerator import Atom1Feed
+
+from registry.models import HubModel, TemplateChange
+
+FEED_SIZE = 50
+
+
+class _ChangeFeed(Feed):  # type: ignore[type-arg]
+    feed_type = Atom1Feed
+
+    def _changes(self) -> QuerySet[TemplateChange]:
+        return TemplateChange.objects.select_related("model", "old_version", "new_version").defer(
+            "old_version__text", "new_version__text"
+        )
+
+    def item_title(self, item: TemplateChange) -> str:
+        # Syndication escapes titles itself; repo ids and commit titles come from the Hub.
+        title = f" ({item.title})" if item.title else ""
+        return f"{item.model.repo_id}: chat template changed{title}"
+
+    def item_description(self, item: TemplateChange) -> str:
+        verdict = item.model.get_verdict_display()
+        return (
+            f"Commit {item.commit_sha[:12]} changed the chat template of {item.model.repo_id}. "
+            f"Current verdict: {verdict}."
+        )
+
+    def item_link(self, item: TemplateChange) -> str:
+        org, name = item.model.repo_id.split("/", 1)
+        if item.new_version is not None and item.old_version is not None:
+            args = [item.new_version.sha256, item.old_version.sha256]
+            url = reverse("dashboard:version_diff", args=args)
+            return f"{url}?{urlencode({'model': item.model.repo_id})}"
+        return reverse("dashboard:model", args=[org, name])
+
+    def item_guid(self, item: TemplateChange) -> str:
+        return f"cachesafe-change-{item.model.repo_id}-{item.commit_sha}"
+
+    def item_updateddate(self, item: TemplateChange) -> datetime:
+        return item.committed_at or item.detected_at
+
+    def item_pubdate(self, item: TemplateChange) -> datetime:
+        return item.committed_at or item.detected_at
+
+
+class AllChanges(_ChangeFeed):
+    title = "CacheSafe: chat template changes"
+    subtitle = "Every chat template change of every tracked model, with its cache verdict."
+
+    def link(self) -> str:
+        return reverse("dashboard:catalog")
+
+    def items(self) -> QuerySet[TemplateChange]:
+        return self._changes().order_by("-committed_at", "-id")[:FEED_SIZE]
+
+
+class AuthorChanges(_ChangeFeed):
+    def get_object(self, request: HttpRequest, author: str) -> str:
+        if not HubModel.objects.filter(author=author).exists():
+            raise Http404("no tracked model of this author")
+        return author
+
+    def title(self, obj: str) -> str:
+        return f"CacheSafe: chat template changes by {obj}"
+
+    def link(self, obj: str) -> str:
+        return reverse("dashboard:catalog") + "?" + urlencode({"author": obj})
+
+    def items(self, obj: str) -> QuerySet[TemplateChange]:
+        return (
+            self._changes().filter(model__author=obj).order_by("-committed_at", "-id")[:FEED_SIZE]
+        )
+
+
+class ModelChanges(_ChangeFeed):
+    def get_object(self, request: HttpRequest, org: str, name: str) -> HubModel:
+        model = HubModel.objects.filter(repo_id=f"{org}/{name}").first()
+        if model is None:
+            raise Http404("model not tracked")
+        return model
+
+    def title(self, obj: HubModel) -> str:
+        return f"CacheSafe: chat template changes of {obj.repo_id}"
+
+    def link(self, obj: HubModel) -> str:
+        org, name = obj.repo_id.split("/", 1)
+        return reverse("dashboard:model", args=[org, name])
+
+    def items(self, obj: HubModel) -> QuerySet[TemplateChange]:
+        return self._changes().filter(model=obj).order_by("-committed_at", "-id")[:FEED_SIZE]

@@ -1,0 +1,63 @@
+"""What the catalog filters on besides HubModel's own verdict: one row per model, no joins to
+check reports. Written by `registry.verdicts.record_check` whenever a model's verdict changes."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from registry.models import HubModel, Verdict
+
+
+class Thinking(models.TextChoices):
+    """How the template's thinking switch (enable_thinking) relates to the cache."""
+
+    NONE = "none", "No thinking switch"
+    SAME = "same", "Same verdict either way"
+    DIFFERS = "differs", "Depends on thinking"
+
+
+class Tools(models.TextChoices):
+    """How the tool-calling sessions fare under the template's default setting."""
+
+    SAFE = "safe", "Tools keep the cache"
+    UNSAFE = "unsafe", "Tools break the cache"
+    UNSUPPORTED = "unsupported", "No tool support"
+    UNKNOWN = "unknown", "Not checked"
+
+
+class ProbeStatus(models.TextChoices):
+    NONE = "none", "No probe yet"
+    WARM = "warm", "Probe: cache reused"
+    COLD = "cold", "Probe: cache lost"
+
+
+class CatalogVerdict(models.Model):
+    """Per-variant verdicts of a model's current template, denormalized for the catalog."""
+
+    model = models.OneToOneField(
+        HubModel, on_delete=models.CASCADE, primary_key=True, related_name="catalog_verdict"
+    )
+    thinking = models.CharField(
+        max_length=16, choices=Thinking.choices, default=Thinking.NONE, db_index=True
+    )
+    #: Verdict with enable_thinking=false / true ("" when the template has no switch).
+    thinking_off = models.CharField(max_length=32, choices=Verdict.choices, blank=True)
+    thinking_on = models.CharField(max_length=32, choices=Verdict.choices, blank=True)
+    tools = models.CharField(
+        max_length=16, choices=Tools.choices, default=Tools.UNKNOWN, db_index=True
+    )
+    probe = models.CharField(
+        max_length=16, choices=ProbeStatus.choices, default=ProbeStatus.NONE, db_index=True
+    )
+    #: [{"key", "label", "verdict", "share"}] for each variant, in the engine's order.
+    variants = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.model_id}: thinking {self.thinking}, tools {self.tools}"
+
+    @property
+    def thinking_badges(self) -> list[tuple[str, str]]:
+        """(label, verdict) per thinking setting, only when the settings disagree."""
+        if self.thinking != Thinking.DIFFERS:
+            return []
+        return [("thinking off", self.thinking_off), ("thinking on", self.thinking_on)]

@@ -1,0 +1,189 @@
+"""The two renders of a request pair, side by side, with the divergence and who wrote each line.
+
+The engine's report keeps only 40 characters around a divergence, so the diff page renders the two
+requests again with the engine's own renderer (same sessions, variant and argument form) and
+caches the result: a template version never changes, so neither do its renders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.cache import cache
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from checks.attribution import Span
+from checks.comparison import common_prefix
+from checks.conversations import TOOLS, session_named, with_string_arguments
+from checks.engine import CheckOptions, Renderer, RenderFailed
+from checks.rendering import CheckEnvironment, TemplateCache
+from checks.sources import TemplateSource
+from checks.variants import Variant
+from registry.models import TemplateVersion
+
+from .reports import PairLocation
+
+CACHE_SECONDS = 24 * 3600
+# Special tokens and chat markup worth seeing at a glance: <|im_start|>, <think>, [INST], <s>.
+SPECIAL_TOKEN = re.compile(
+    r"<\|[^<>\n]{1,60}?\|>|</?(?:think|tool_call|tool_response|s|bos|eos)>|\[/?[A-Z_]{3,24}\]"
+)
+_templates = TemplateCache(CheckEnvironment(), size=64)
+
+
+class PairUnavailable(Exception):
+    """The template no longer renders this pair (the page says so instead of failing)."""
+
+
+@dataclass(frozen=True)
+class RenderLine:
+    number: int
+    template_lines: tuple[int, ...]
+    html: SafeString
+    diverges: bool
+
+
+@dataclass(frozen=True)
+class PairDiff:
+    before: str
+    after: str
+    offset: int  # first differing character (len(before) when `before` is a prefix of `after`)
+    before_lines: list[RenderLine]
+    after_lines: list[RenderLine]
+    messages: list[dict[str, Any]]  # the messages of the later request
+    reply: dict[str, Any]  # what the model emitted between the two requests
+
+    @property
+    def is_prefix(self) -> bool:
+        return self.offset >= len(self.before)
+
+
+def _visible(text: str) -> str:
+    """Escape, then make whitespace and special tokens visible (mark_safe only after escape)."""
+    out = []
+    position = 0
+    for match in SPECIAL_TOKEN.finditer(text):
+        out.append(_whitespace(escape(text[position : match.start()])))
+        out.append(f'<span class="tok">{escape(match.group())}</span>')
+        position = match.end()
+    out.append(_whitespace(escape(text[position:])))
+    return "".join(out)
+
+
+def _whitespace(escaped: str) -> str:
+    return (
+        escaped.replace(" ", '<span class="ws"> </span>')
+        .replace("\t", '<span class="ws tab">\t</span>')
+        .replace("\r", '<span class="ws cr">\r</span>')
+    )
+
+
+def _lines(text: str, spans: list[dict[str, int]], offset: int, side: str) -> list[RenderLine]:
+    """Split a render into lines; each knows the template lines that wrote it."""
+    rows = []
+    start = 0
+    number = 1
+    marked = False
+    for raw in text.splitlines(keepends=True) or [""]:
+        end = start + len(raw)
+        body, newline = (raw[:-1], True) if raw.endswith("\n") else (raw, False)
+        written = tuple(
+            sorted(
+                {s["line"] for s in spans if s["line"] and s["start"] < end and s["end"] > start}
+            )
+        )
+        html = ""
+        diverges = False
+        if offset >= end:
+            html = _visible(body)
+        else:
+            cut = max(offset - start, 0)
+            html = _visible(body[:cut])
+            anchor = "" if marked else f' id="divergence-{side}"'
+            marked = True
+            diverges = True
+            html += f'<mark class="div"{anchor}>{_visible(body[cut:])}'
+            html += '<span class="nl">↵</span></mark>' if newline else "</mark>"
+            newline = False
+        if newline:
+            html += '<span class="nl">↵</span>'
+        rows.append(RenderLine(number, written, mark_safe(html), diverges))  # noqa: S308
+        start = end
+        number += 1
+    if not marked:
+        # `before` ends where `after` goes on: the divergence is right after its last byte.
+        last = rows[-1]
+        anchor = f'<mark class="div end" id="divergence-{side}">∎</mark>'
+        rows[-1] = RenderLine(last.number, last.template_lines, mark_safe(last.html + anchor), True)  # noqa: S308
+    return rows
+
+
+def _render(
+    version: TemplateVersion, special_tokens: dict[str, str], location: PairLocation
+) -> dict[str, Any]:
+    source = TemplateSource(
+        {location.variant.template_name: version.text},
+        dict(special_tokens),
+        origin="chat_template.jinja",
+        sha256=version.sha256,
+    )
+    renderer = Renderer(source, _templates, CheckOptions())
+    variant = Variant(location.variant.template_name, tuple(location.variant.kwargs.items()))
+    session = session_named(location.session.session)
+    messages = session.messages
+    if location.session.arguments_form == "string":
+        messages = with_string_arguments(messages)
+    ends = session.request_ends()
+    index = location.pair.index
+    if not 0 < index < len(ends):
+        raise PairUnavailable(f"request {index} is not part of session {session.name}")
+    request, next_request = messages[: ends[index - 1]], messages[: ends[index]]
+    tools = TOOLS if session.uses_tools else None
+    try:
+        before = renderer.render(variant, request, tools, True)
+        after = renderer.render(variant, next_request, tools, True)
+    except RenderFailed as exc:
+        raise PairUnavailable(str(exc)) from exc
+
+    def plain(spans: list[Span]) -> list[dict[str, int]]:
+        return [{"start": s.start, "end": s.end, "line": s.line} for s in spans]
+
+    return {
+        "before": before,
+        "after": after,
+        "before_spans": plain(renderer.spans(variant, request, tools)),
+        "after_spans": plain(renderer.spans(variant, next_request, tools)),
+        "messages": [dict(m) for m in next_request],
+        "reply": dict(messages[ends[index - 1]]),
+    }
+
+
+def pair_diff(
+    version: TemplateVersion,
+    special_tokens: dict[str, str],
+    location: PairLocation,
+    engine_version: str,
+) -> PairDiff:
+    """The diff of one pair; renders come from the cache when this pair was shown before."""
+    parts = (version.sha256, engine_version, *map(str, location.url_args))
+    key = "pair:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    data = cache.get(key)
+    if data is None:
+        data = _render(version, special_tokens, location)
+        cache.set(key, data, CACHE_SECONDS)
+    before, after = data["before"], data["after"]
+    divergence = location.pair.divergence
+    offset = divergence.char_offset if divergence else common_prefix(before, after)
+    return PairDiff(
+        before=before,
+        after=after,
+        offset=offset,
+        before_lines=_lines(before, data["before_spans"], offset, "before"),
+        after_lines=_lines(after, data["after_spans"], offset, "after"),
+        messages=data["messages"],
+        reply=data["reply"],
+    )

@@ -1,0 +1,141 @@
+"""What a page shows of a template's check: the report rebuilt, its matrix, pairs and source."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.reports import TemplateReport
+from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
+
+from .reports import (
+    MatrixRow,
+    PairLocation,
+    culprit_lines,
+    failing_pairs,
+    matrix,
+    rebuild,
+)
+
+HYBRID_NOTE = (
+    "This is a hybrid (recurrent + attention) model: its cache cannot be trimmed back, so any "
+    "divergence costs everything back to the engine's last checkpoint."
+)
+
+
+@dataclass
+class BreakGroup:
+    """Pairs that break the same way (same cause, same wording up to message numbers)."""
+
+    cause: str
+    status: str
+    detail: str
+    pairs: list[PairLocation]
+
+    @property
+    def first(self) -> PairLocation:
+        return self.pairs[0]
+
+    @property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(p.variant.label for p in self.pairs))
+
+    @property
+    def sessions(self) -> list[str]:
+        return list(dict.fromkeys(p.session.session for p in self.pairs))
+
+    @property
+    def lines(self) -> list[int]:
+        found: set[int] = set()
+        for location in self.pairs:
+            divergence = location.pair.divergence
+            if divergence:
+                found.update(divergence.lines_before + divergence.lines_after)
+        return sorted(found)
+
+    @property
+    def share_range(self) -> tuple[float, float]:
+        shares = [p.pair.reusable_share for p in self.pairs]
+        return min(shares), max(shares)
+
+
+def group_breaks(pairs: list[PairLocation]) -> list[BreakGroup]:
+    groups: dict[tuple[str, str, str], BreakGroup] = {}
+    for location in pairs:
+        pair = location.pair
+        key = (pair.status, pair.cause or "", re.sub(r"\d+", "#", pair.detail))
+        if key not in groups:
+            groups[key] = BreakGroup(pair.cause or "", pair.status, pair.detail, [])
+        groups[key].pairs.append(location)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    number: int
+    text: str
+    culprit: bool
+
+
+@dataclass
+class ReportView:
+    version: TemplateVersion
+    check: CheckRun | None
+    report: TemplateReport | None
+    sessions: list[str] = field(default_factory=list)
+    rows: list[MatrixRow] = field(default_factory=list)
+    pairs: list[PairLocation] = field(default_factory=list)
+    culprits: set[int] = field(default_factory=set)
+
+    @classmethod
+    def build(cls, version: TemplateVersion, check: CheckRun | None) -> ReportView:
+        done = check is not None and check.status == CheckStatus.DONE
+        report = rebuild(check.report) if done and check is not None else None
+        view = cls(version, check, report)
+        if report is not None:
+            view.sessions, view.rows = matrix(report)
+            view.pairs = failing_pairs(report)
+            view.culprits = culprit_lines(report)
+        return view
+
+    @property
+    def checking(self) -> bool:
+        """Not checked yet, or the check is queued or running."""
+        return self.check is None or self.check.status in (CheckStatus.PENDING, CheckStatus.RUNNING)
+
+    @property
+    def failed(self) -> bool:
+        return self.check is not None and self.check.status == CheckStatus.FAILED
+
+    @property
+    def source_lines(self) -> list[SourceLine]:
+        return [
+            SourceLine(number, text, number in self.culprits)
+            for number, text in enumerate(self.version.text.split("\n"), start=1)
+        ]
+
+    @property
+    def groups(self) -> list[BreakGroup]:
+        return group_breaks(self.pairs)
+
+    @property
+    def fails(self) -> list[PairLocation]:
+        return [p for p in self.pairs if p.pair.status == "fail"]
+
+    @property
+    def warnings(self) -> list[PairLocation]:
+        return [p for p in self.pairs if p.pair.status == "warn"]
+
+
+def model_sentence(model: HubModel, view: ReportView | None) -> str:
+    """The verdict in words a user can act on (the engine's summary, plus the hybrid cost)."""
+    if view is None:
+        return model.status_reason or "We have not found a chat template for this model yet."
+    if view.report is None:
+        if view.failed:
+            return "The check could not finish; it will be retried."
+        return "Checking this template: the verdict appears here as soon as it is ready."
+    sentence = view.report.summary
+    if model.is_hybrid and view.report.verdict == "unsafe":
+        sentence = f"{sentence} {HYBRID_NOTE}"
+    return sentence

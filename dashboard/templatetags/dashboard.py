@@ -1,0 +1,66 @@
+"""Small filters for the dashboard's templates: percentages, short hashes, repo URL parts."""
+
+from __future__ import annotations
+
+from django import template
+from django.urls import reverse
+
+from dashboard.catalog import CatalogQuery
+from dashboard.reports import PairLocation
+
+register = template.Library()
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{round(value * 100)}%"
+
+
+@register.filter
+def short(value: str | None, length: int = 12) -> str:
+    return (value or "")[:length]
+
+
+@register.simple_tag
+def model_url(repo_id: str, *rest: object) -> str:
+    """`{% model_url repo_id %}` → /m/<org>/<name>/ (a repo id holds exactly one slash)."""
+    org, name = repo_id.split("/", 1)
+    return reverse("dashboard:model", args=[org, name])
+
+
+@register.simple_tag
+def pair_url(sha256: str, location: PairLocation) -> str:
+    return reverse("dashboard:pair", args=[sha256, *location.url_args])
+
+
+@register.filter
+def verdict_label(value: str) -> str:
+    from registry.models import Verdict
+
+    try:
+        return str(Verdict(value).label)
+    except ValueError:
+        return value
+
+
+@register.filter
+def catalog_url(query: CatalogQuery, page: int) -> str:
+    """The catalog link of `query` at another page (filters and sort kept)."""
+    return query.url(page=str(page))
+
+
+@register.filter
+def thousands(value: int | None) -> str:
+    return f"{value:,}" if isinstance(value, int) else ""
+
+
+@register.filter
+def repo_org(repo_id: str) -> str:
+    return repo_id.split("/", 1)[0]
+
+
+@register.filter
+def repo_name(repo_id: str) -> str:
+    return repo_id.split("/", 1)[-1]

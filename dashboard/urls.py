@@ -1,0 +1,66 @@
+"""Dashboard URLs. Pages pinned to a template version (`/t/<sha256>/…`) or a commit
+(`/m/<org>/<name>/at/<commit>/`) never change meaning; `/m/<org>/<name>/…` follows the latest."""
+
+from __future__ import annotations
+
+from django.urls import path, register_converter
+
+from . import api, feeds, views
+
+
+class RepoPartConverter:
+    """One half of a Hub repo id (`Qwen`, `Qwen3-30B-A3B-Instruct-2507`, `gpt-oss-20b.v1`)."""
+
+    regex = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class ShaConverter:
+    regex = r"[0-9a-f]{64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class CommitConverter(ShaConverter):
+    regex = r"[0-9a-f]{7,40}"
+
+
+register_converter(RepoPartConverter, "repo")
+register_converter(ShaConverter, "sha")
+register_converter(CommitConverter, "commit")
+
+app_name = "dashboard"
+urlpatterns = [
+    path("", views.catalog, name="catalog"),
+    path("m/<repo:org>/<repo:name>/", views.model_detail, name="model"),
+    path("m/<repo:org>/<repo:name>/at/<commit:commit>/", views.model_detail, name="model_at"),
+    path(
+        "m/<repo:org>/<repo:name>/pair/<str:variant>/<str:session>/<int:index>/",
+        views.model_pair_latest,
+        name="model_pair",
+    ),
+    path("m/<repo:org>/<repo:name>/changes.atom", feeds.ModelChanges(), name="model_feed"),
+    path("t/<sha:sha256>/", views.template_detail, name="template"),
+    path(
+        "t/<sha:sha256>/pair/<str:variant>/<str:session>/<int:index>/",
+        views.pair_detail,
+        name="pair",
+    ),
+    path("t/<sha:sha256>/vs/<sha:old_sha256>/", views.version_diff, name="version_diff"),
+    path("badge/<repo:org>/<repo:name>.svg", views.badge, name="badge"),
+    path("feeds/changes.atom", feeds.AllChanges(), name="feed"),
+    path("feeds/authors/<repo:author>.atom", feeds.AuthorChanges(), name="author_feed"),
+    path("api/models", api.models_list, name="api_models"),
+    path("api/templates/<sha:sha256>", api.template_detail, name="api_template"),
+    path("api/checks/<sha:sha256>", api.check_detail, name="api_check"),
+    path("api/openapi.json", api.openapi, name="openapi"),
+]

@@ -1,0 +1,216 @@
+"""The pages people see. Thin: fetch or 404, one or two calls, render (STYLE §2, §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from cachesafe.htmx import HtmxHttpRequest
+from registry.models import HubModel, ModelStatus, TemplateSnapshot, TemplateVersion, Verdict
+from registry.verdicts import latest_check
+
+from . import badges, history
+from .catalog import HYBRID_CHOICES, PAGE_SIZE, SORT_LABELS, CatalogQuery, models_using
+from .models import ProbeStatus, Thinking, Tools
+from .pairs import PairUnavailable, pair_diff
+from .report_view import ReportView, model_sentence
+from .reports import find_pair
+
+
+@require_GET
+def catalog(request: HtmxHttpRequest) -> HttpResponse:
+    """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
+    query = CatalogQuery.from_params(request.GET)
+    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
+    context = {
+        "page": page,
+        "query": query,
+        "verdicts": Verdict.choices,
+        "thinking_choices": Thinking.choices,
+        "tools_choices": Tools.choices,
+        "probe_choices": ProbeStatus.choices,
+        "hybrid_choices": HYBRID_CHOICES.items(),
+        "sorts": SORT_LABELS.items(),
+    }
+    template = "dashboard/catalog.html#results" if request.htmx else "dashboard/catalog.html"
+    return render(request, template, context)
+
+
+def _model_or_404(request: HttpRequest, org: str, name: str) -> HubModel:
+    repo_id = f"{org}/{name}"
+    model = (
+        HubModel.objects.select_related("current_snapshot__default_template", "catalog_verdict")
+        .filter(repo_id=repo_id)
+        .first()
+    )
+    if model is None:
+        raise UnknownModel(repo_id)
+    return model
+
+
+class UnknownModel(Http404):
+    """A repo id we do not track: the 404 page offers to track it."""
+
+    def __init__(self, repo_id: str) -> None:
+        super().__init__(f"{repo_id} is not tracked")
+        self.repo_id = repo_id
+
+
+def _unknown_model(request: HttpRequest, repo_id: str) -> HttpResponse:
+    return render(request, "dashboard/unknown_model.html", {"repo_id": repo_id}, status=404)
+
+
+@require_GET
+def model_detail(
+    request: HtmxHttpRequest, org: str, name: str, commit: str | None = None
+) -> HttpResponse:
+    """A model's verdict, matrix, findings, template and history; pinned to a commit if given."""
+    try:
+        model = _model_or_404(request, org, name)
+    except UnknownModel as exc:
+        return _unknown_model(request, exc.repo_id)
+    snapshot: TemplateSnapshot | None = model.current_snapshot
+    if commit is not None:
+        snapshot = get_object_or_404(
+            model.snapshots.select_related("default_template"), commit_sha=commit
+        )
+    check = latest_check(snapshot.default_template) if snapshot else None
+    view = ReportView.build(snapshot.default_template, check) if snapshot else None
+    sentence = model_sentence(model, view)
+    context: dict[str, Any] = {
+        "model": model,
+        "snapshot": snapshot,
+        "check": check,
+        "view": view,
+        "pinned": commit is not None,
+        "sentence": sentence,
+        # Poll while a check (or the first sync) is under way; the last answer stops polling.
+        "polling": view.checking if view else model.status == ModelStatus.PENDING,
+        "probe": None,  # probe reports are not stored yet: the page shows "No probe yet"
+        "og_title": f"{model.repo_id}: {model.get_verdict_display()}",
+        "og_description": sentence,
+    }
+    if request.htmx and request.htmx.target == "check-status":
+        return render(request, "dashboard/model.html#check-status", context)
+    context["timeline"] = history.timeline(model)
+    return render(request, "dashboard/model.html", context)
+
+
+@require_GET
+def model_pair_latest(
+    request: HttpRequest, org: str, name: str, variant: str, session: str, index: int
+) -> HttpResponse:
+    """`latest` link of a pair: the same pair in the model's current template."""
+    try:
+        model = _model_or_404(request, org, name)
+    except UnknownModel as exc:
+        return _unknown_model(request, exc.repo_id)
+    if model.current_snapshot is None:
+        raise Http404("this model has no template yet")
+    sha = model.current_snapshot.default_template.sha256
+    url = reverse("dashboard:pair", args=[sha, variant, session, index])
+    return HttpResponseRedirect(f"{url}?model={model.repo_id}")
+
+
+@require_GET
+def template_detail(request: HttpRequest, sha256: str) -> HttpResponse:
+    """One template version: its source, its verdicts and every model that uses it."""
+    version = get_object_or_404(TemplateVersion, sha256=sha256)
+    check = latest_check(version)
+    users = models_using(version)
+    view = ReportView.build(version, check)
+    context = {
+        "version": version,
+        "check": check,
+        "view": view,
+        "users": users,
+        "og_title": f"Chat template {version.sha256[:12]}: "
+        f"{view.report.verdict if view.report else 'checking'}",
+        "og_description": view.report.summary if view.report else "",
+    }
+    return render(request, "dashboard/template.html", context)
+
+
+@require_GET
+def pair_detail(
+    request: HttpRequest, sha256: str, variant: str, session: str, index: int
+) -> HttpResponse:
+    """A failing request pair: both renders side by side, the divergence, the lines behind it."""
+    version = get_object_or_404(TemplateVersion, sha256=sha256)
+    check = latest_check(version)
+    view = ReportView.build(version, check)
+    location = find_pair(view.report, variant, session, index) if view.report else None
+    if location is None or check is None:
+        raise Http404("no such request pair in this template's check")
+    # Special tokens come from a model that uses this version (the one in ?model= if it does).
+    snapshots = TemplateSnapshot.objects.filter(default_template=version).select_related("model")
+    snapshot = (
+        snapshots.filter(model__repo_id=request.GET.get("model", "")).first()
+        or snapshots.order_by("-created_at").first()
+    )
+    tokens = dict(snapshot.special_tokens) if snapshot else {}
+    try:
+        diff = pair_diff(version, tokens, location, check.engine_version)
+        problem = ""
+    except PairUnavailable as exc:
+        diff, problem = None, str(exc)
+    label = location.pair.index
+    context = {
+        "version": version,
+        "check": check,
+        "view": view,
+        "location": location,
+        "diff_sides": [
+            ("before", diff.before_lines, f"Request {label}"),
+            ("after", diff.after_lines, f"Request {label + 1}"),
+        ]
+        if diff
+        else [],
+        "og_title": f"{location.session.session} request {label} → {label + 1}: "
+        f"{location.pair.cause}",
+        "og_description": location.pair.detail,
+        "diff": diff,
+        "problem": problem,
+        "model": snapshot.model if snapshot else None,
+        # The same setting first: the pairs a reader compares this one with.
+        "others": sorted(view.pairs, key=lambda loc: loc.variant_key != location.variant_key),
+    }
+    return render(request, "dashboard/pair.html", context)
+
+
+@require_GET
+def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResponse:
+    """What changed upstream between two template versions, with the verdict before and after."""
+    new = get_object_or_404(TemplateVersion, sha256=sha256)
+    old = get_object_or_404(TemplateVersion, sha256=old_sha256)
+    context = {
+        "new": new,
+        "old": old,
+        "new_check": latest_check(new),
+        "old_check": latest_check(old),
+        "lines": history.line_diff(old, new),
+        "model": HubModel.objects.filter(repo_id=request.GET.get("model", "")).first(),
+    }
+    return render(request, "dashboard/version_diff.html", context)
+
+
+@require_GET
+def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
+    """An SVG badge for a model README; unknown models get a grey "not tracked" badge."""
+    model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
+    svg = badges.render_badge(model.verdict if model else None)
+    response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+    # READMEs on the Hub go through an image proxy: a short max-age keeps it current.
+    response["Cache-Control"] = "public, max-age=300"
+    if model is None:
+        response.status_code = 404
+    return response
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return render(request, "404.html", {"message": str(exception or "")}, status=404)

@@ -1,0 +1,76 @@
+"""Store an engine report and spread its verdict to every model that uses the template.
+
+`record_check` is the one place a check result enters the database: the Celery pipeline calls it
+with the report the sandbox returned, the demo and the tests with a report computed in-process.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from checks.engine import run_check
+from checks.rendering import CheckEnvironment, TemplateCache
+from checks.reports import TemplateReport
+from checks.sources import TemplateSource
+from dashboard.models import CatalogVerdict
+from dashboard.reports import digest
+
+from .models import CheckRun, CheckStatus, HubModel, TemplateVersion
+
+
+@transaction.atomic
+def record_check(template_version: TemplateVersion, report: TemplateReport) -> CheckRun:
+    """Save `report` as the finished CheckRun of `template_version` (idempotent per engine
+    version and tokenizer), and update the verdict of every model whose current default
+    template is this version. Returns the CheckRun."""
+    now = timezone.now()
+    run, _ = CheckRun.objects.update_or_create(
+        template_version=template_version,
+        engine_version=report.engine_version,
+        tokenizer_sha=report.tokenizer_sha256 or "",
+        defaults={
+            "status": CheckStatus.DONE,
+            "verdict": report.verdict,
+            "summary": report.summary,
+            "report": report.to_dict(),
+            "error": report.reason or "",
+            "progress": 100,
+            "finished_at": now,
+        },
+    )
+    models = HubModel.objects.filter(current_snapshot__default_template=template_version)
+    model_ids = list(models.values_list("id", flat=True))
+    HubModel.objects.filter(id__in=model_ids).update(
+        verdict=report.verdict, verdict_summary=report.summary, verdict_updated_at=now
+    )
+    found = digest(report)
+    fields = {
+        "thinking": found.thinking,
+        "thinking_off": found.thinking_off,
+        "thinking_on": found.thinking_on,
+        "tools": found.tools,
+        "variants": found.variants,
+    }
+    for model_id in model_ids:
+        CatalogVerdict.objects.update_or_create(model_id=model_id, defaults=fields)
+    return run
+
+
+def check_in_process(
+    template_version: TemplateVersion, special_tokens: dict[str, str] | None = None
+) -> TemplateReport:
+    """Run the engine here, without the sandbox pool: for trusted templates only (the demo
+    catalog, tests). Templates from the Hub go through the Celery pipeline's sandbox."""
+    source = TemplateSource(
+        {"default": template_version.text},
+        dict(special_tokens or {}),
+        origin="chat_template.jinja",
+        sha256=template_version.sha256,
+    )
+    return run_check(source, TemplateCache(CheckEnvironment()), file=template_version.sha256[:12])
+
+
+def latest_check(template_version: TemplateVersion) -> CheckRun | None:
+    """The newest check of a version, finished or not."""
+    return template_version.check_runs.order_by("-created_at", "-id").first()

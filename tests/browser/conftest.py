@@ -1,0 +1,78 @@
+"""Real-browser tests: Playwright drives Debian's Chromium against pytest-django's live server.
+
+Screenshots of every page, light and dark, land in test-artifacts/screenshots/ for a human to see.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard_data import healthy_service  # noqa: F401 - a fixture
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM calls here are plain sync.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("PLAYWRIGHT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"Chromium is missing at {CHROMIUM}: apt-get install chromium (see .ci/run)")
+    from playwright.sync_api import sync_playwright
+
+    with (
+        tempfile.TemporaryDirectory(prefix="cachesafe-chromium-") as profile,
+        sync_playwright() as p,
+    ):
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 900},
+        )
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(chromium: Any, live_server: Any, healthy_service: None) -> Iterator[Any]:  # noqa: F811
+    chromium.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page = chromium.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    page.evaluate("localStorage.clear()") if not page.is_closed() and page.url.startswith(
+        "http"
+    ) else None
+    page.close()
+
+
+def screenshot(page: Any, name: str) -> Path:
+    """Full-page screenshot in the current theme, then in the other one."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for theme in ("light", "dark"):
+        page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+        path = ARTIFACTS / f"{name}-{theme}.png"
+        page.screenshot(path=str(path), full_page=True)
+        paths.append(path)
+    page.evaluate("document.documentElement.dataset.theme = 'auto'")
+    return paths[0]

@@ -1,0 +1,44 @@
+"""Pages people click, in a real browser: search, filters, a model, a diff, links, dark mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.dashboard_data import HOSTILE_REPO, PENDING_REPO, Catalog, build_catalog
+
+from .conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def catalog(transactional_db: None) -> Catalog:
+    return build_catalog()
+
+
+def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog) -> None:
+    base = live_server.url
+    changed = catalog.changed.current_snapshot.default_template.sha256  # type: ignore[union-attr]
+    pages = {
+        "catalog": "/",
+        "model-unsafe": f"/m/{catalog.unsafe.repo_id}/",
+        "model-thinking": f"/m/{catalog.changed.repo_id}/",
+        "model-safe": f"/m/{catalog.safe.repo_id}/",
+        "model-pending": f"/m/{PENDING_REPO}/",
+        "model-hostile": f"/m/{HOSTILE_REPO}/",
+        "model-unknown": "/m/nobody/nothing/",
+        "template": f"/t/{changed}/",
+        "version-diff": f"/t/{changed}/vs/{catalog.old_version.sha256}/",
+        "pair": f"/t/{changed}/pair/enable_thinking=true/reasoning_history/1/",
+    }
+    for name, path in pages.items():
+        page.goto(base + path)
+        assert page.locator("h1").first.is_visible()
+        screenshot(page, name)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(base + "/")
+    screenshot(page, "catalog-mobile")
+    page.goto(base + f"/m/{catalog.unsafe.repo_id}/")
+    screenshot(page, "model-mobile")
