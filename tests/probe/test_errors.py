@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import free_port
 from tests.probe.conftest import by_path, job, weather_conversation
 from workers.probe import download
-from workers.probe.runner import run_probe
+from workers.probe.runner import describe_failure, run_probe
 
 
 @pytest.fixture
@@ -133,3 +133,10 @@ def test_one_bad_conversation_does_not_stop_the_others(model_dirs: dict[str, Pat
     assert results["weather"]["verdict"] == "hit"
     assert results["image"]["verdict"] is None
     assert "Only 'text' content type is supported" in results["image"]["error"]
+
+
+def test_out_of_memory_is_named_whatever_raised_it() -> None:
+    metal = RuntimeError("[METAL] Command buffer execution failed: Insufficient Memory")
+    assert describe_failure(metal).startswith("out of memory: RuntimeError: [METAL]")
+    assert describe_failure(MemoryError()).startswith("out of memory: MemoryError")
+    assert describe_failure(ValueError("bad")) == "ValueError: bad"

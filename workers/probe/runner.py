@@ -7,6 +7,7 @@ modules load inside `run_probe`, so the main side can import this module without
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,14 +118,34 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any]:
                 report.model["commit"] = commit
     except DownloadError as exc:
         return error_report(job, machine, str(exc))
-    except MemoryError:
-        return error_report(job, machine, "out of memory")
     except Exception as exc:
-        return error_report(job, machine, f"{type(exc).__name__}: {exc}")
+        return error_report(job, machine, describe_failure(exc))
     finally:
-        gc.collect()
+        _release_memory()
     report.seconds = round(time.perf_counter() - started, 3)
     return report.to_dict()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for the report; out-of-memory is named as such whatever raised it."""
+    text = f"{type(exc).__name__}: {exc}"
+    # Metal reports exhaustion as a RuntimeError ("Insufficient Memory"), not MemoryError.
+    lowered = text.lower()
+    if (
+        isinstance(exc, MemoryError)
+        or "insufficient memory" in lowered
+        or "out of memory" in lowered
+    ):
+        return f"out of memory: {text}"
+    return text
+
+
+def _release_memory() -> None:
+    """Give the model's buffers back before the next job (MLX keeps a buffer pool)."""
+    gc.collect()
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        mx.clear_cache()
 
 
 def _load(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
@@ -206,7 +227,7 @@ def _probe_conversation(
     except Exception as exc:
         for path in settings.paths:
             result = ConversationResult(name, size, path, settings.reply_mode)
-            result.error = f"{type(exc).__name__}: {exc}"
+            result.error = describe_failure(exc)
             results.append(result)
         return results
     generated_ref: ConversationResult | None = None
@@ -228,7 +249,7 @@ def _probe_conversation(
                     generated_ref = result
         except Exception as exc:
             result = ConversationResult(name, size, path, mode)
-            result.error = f"{type(exc).__name__}: {exc}"
+            result.error = describe_failure(exc)
         results.append(result)
     return results
 
@@ -340,7 +361,10 @@ def _library_run(
         served, warm_ms = _timed(serve, settings.repeats if k else 1)
         if k:
             previous = keys[-1]
-            held = len(previous) if mode == "forced" else len(prep.prompts[k - 1].tokens)
+            # A generated reply is not what the next request sends back: only the prompt
+            # before it counts as what the engine should keep.
+            forced_before = mode == "forced" and prep.forced[k - 1] is not None
+            held = len(previous) if forced_before else len(prep.prompts[k - 1].tokens)
             check = compare_logprobs(prep.cold_logprobs[k], served.logprobs, settings.threshold)
             result.pairs.append(
                 PairResult(
