@@ -1,0 +1,96 @@
+"""Pipeline steps one at a time (STYLE §10): engine upgrades re-check in bounded batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from registry.models import CheckRun, CheckStatus, HubModel, Verdict
+from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
+from workers import pipeline
+from workers.models import EventKind, ModelEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Capture what the pipeline enqueues instead of sending it to a broker."""
+    calls: list[int] = []
+    monkeypatch.setattr(pipeline, "send_check", calls.append)
+    return calls
+
+
+def finish(run: CheckRun, verdict: str) -> list[int]:
+    return pipeline.store_result(run.pk, {"verdict": verdict, "summary": f"{verdict} summary"})
+
+
+def test_a_new_engine_version_rechecks_versions_in_use_in_bounded_batches(
+    sent: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(3):
+        add_model(f"org/m{i}", SAFE_TEMPLATE.replace("helpful", f"helpful {i}"))
+    assert pipeline.request_missing_checks(limit=10) == 3
+    for run in CheckRun.objects.all():
+        finish(run, Verdict.SAFE)
+    assert pipeline.request_missing_checks(limit=10) == 0
+
+    monkeypatch.setattr(pipeline, "ENGINE_VERSION", "next")
+    sent.clear()
+    assert pipeline.request_missing_checks(limit=2) == 2
+    assert pipeline.request_missing_checks(limit=2) == 1
+    assert pipeline.request_missing_checks(limit=2) == 0
+    assert len(sent) == 3
+    assert CheckRun.objects.filter(engine_version="next").count() == 3
+    # Until the new engine answers, the catalog keeps showing the last verdict.
+    assert set(HubModel.objects.values_list("verdict", flat=True)) == {Verdict.SAFE}
+
+
+def test_a_verdict_flip_is_one_event_and_the_first_verdict_is_none(sent: list[int]) -> None:
+    model = add_model("org/flip", SAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+    assert finish(run, Verdict.SAFE) == []
+    assert not ModelEvent.objects.filter(kind=EventKind.VERDICT_CHANGED).exists()
+
+    other = add_model("org/other", UNSAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    # The upstream repo switches to the unsafe template: same model, new snapshot.
+    HubModel.objects.filter(pk=model.pk).update(current_snapshot=other.current_snapshot)
+    unsafe_run = CheckRun.objects.get(template_version=other.current_snapshot.default_template)  # type: ignore[union-attr]
+    assert finish(unsafe_run, Verdict.UNSAFE) == [model.pk]
+    assert finish(unsafe_run, Verdict.UNSAFE) == []  # a retried store changes nothing
+    events = ModelEvent.objects.filter(kind=EventKind.VERDICT_CHANGED, model=model)
+    assert [(e.data["old"], e.data["new"]) for e in events] == [("safe", "unsafe")]
+
+
+def test_a_model_with_named_templates_waits_for_all_and_takes_the_worst(sent: list[Any]) -> None:
+    from registry.models import NamedTemplate, TemplateVersion
+
+    model = add_model("org/named", SAFE_TEMPLATE)
+    tool_use, _ = TemplateVersion.objects.get_or_create_for_text(UNSAFE_TEMPLATE)
+    NamedTemplate.objects.create(snapshot=model.current_snapshot, name="tool_use", version=tool_use)
+    assert pipeline.request_missing_checks() == 2
+    default_run = CheckRun.objects.get(template_version=model.current_snapshot.default_template)  # type: ignore[union-attr]
+    finish(default_run, Verdict.SAFE)
+    model.refresh_from_db()
+    assert model.verdict == Verdict.PENDING
+    finish(CheckRun.objects.get(template_version=tool_use), Verdict.UNSAFE)
+    model.refresh_from_db()
+    assert model.verdict == Verdict.UNSAFE
+    assert "“tool_use” template" in model.verdict_summary
+
+
+def test_stalled_pending_runs_are_sent_again(sent: list[int]) -> None:
+    add_model("org/stalled", SAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+    assert pipeline.resend_stalled_checks() == 0  # young: its message is probably on its way
+    CheckRun.objects.filter(pk=run.pk).update(
+        created_at=run.created_at - 2 * pipeline.RESEND_PENDING_AFTER
+    )
+    assert pipeline.resend_stalled_checks() == 1
+    finish(run, Verdict.SAFE)
+    assert CheckRun.objects.get().status == CheckStatus.DONE
+    assert pipeline.resend_stalled_checks() == 0
