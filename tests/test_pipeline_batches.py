@@ -70,6 +70,7 @@ def test_a_model_with_named_templates_waits_for_all_and_takes_the_worst(sent: li
 
     model = add_model("org/named", SAFE_TEMPLATE)
     tool_use, _ = TemplateVersion.objects.get_or_create_for_text(UNSAFE_TEMPLATE)
+    assert model.current_snapshot is not None
     NamedTemplate.objects.create(snapshot=model.current_snapshot, name="tool_use", version=tool_use)
     assert pipeline.request_missing_checks() == 2
     default_run = CheckRun.objects.get(template_version=model.current_snapshot.default_template)  # type: ignore[union-attr]
