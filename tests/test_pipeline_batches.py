@@ -73,7 +73,7 @@ def test_a_model_with_named_templates_waits_for_all_and_takes_the_worst(sent: li
     assert model.current_snapshot is not None
     NamedTemplate.objects.create(snapshot=model.current_snapshot, name="tool_use", version=tool_use)
     assert pipeline.request_missing_checks() == 2
-    default_run = CheckRun.objects.get(template_version=model.current_snapshot.default_template)  # type: ignore[union-attr]
+    default_run = CheckRun.objects.get(template_version=model.current_snapshot.default_template)
     finish(default_run, Verdict.SAFE)
     model.refresh_from_db()
     assert model.verdict == Verdict.PENDING
