@@ -7,3 +7,15 @@ class DashboardConfig(AppConfig):
     name = "dashboard"
     verbose_name = "Dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # `GET /api/models/<org>/<name>` is registry.api's view; it merges in what we add
+        # (variants, the check with its failures, probe results), so the URL stays one view.
+        try:
+            from registry import api
+        except ImportError:
+            return
+        from .api import model_check_fields
+
+        if model_check_fields not in api.model_detail_extensions:
+            api.model_detail_extensions.append(model_check_fields)

@@ -1,0 +1,266 @@
+"""Model, template, pair and version-diff pages; the unknown-model 404; live check progress."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from pytest_django import DjangoAssertNumQueries
+
+from registry.models import CheckRun, HubModel, ModelStatus, TemplateChange
+from registry.verdicts import check_in_process, record_check
+from tests.dashboard_data import (
+    HOSTILE_REPO,
+    PENDING_REPO,
+    TOKENS,
+    Catalog,
+    build_catalog,
+    healthy_service,  # noqa: F401 - a fixture
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def sha(model: HubModel) -> str:
+    assert model.current_snapshot is not None
+    return model.current_snapshot.default_template.sha256
+
+
+def test_model_page_says_the_verdict_and_shows_the_evidence(
+    client: Client, catalog: Catalog
+) -> None:
+    response = client.get(f"/m/{catalog.unsafe.repo_id}/")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Breaks the cache" in body
+    assert "earlier messages are re-rendered when a turn is added" in body  # the sentence
+    # The matrix links each failing cell to the pair's diff, pinned to the template version.
+    assert f'href="/t/{sha(catalog.unsafe)}/pair/default/chat/1/"' in body
+    # Findings point at their template lines; the culprit lines are highlighted in the source.
+    assert "moving_marker" in body and 'href="#L3"' in body
+    assert '<tr id="L6" class="culprit">' in body
+    assert '<tr id="L1">' in body  # a line that wrote nothing wrong is not highlighted
+    assert "No probe yet" in body
+    assert "alerts coming soon" in body
+    assert f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/" in body  # pinned permalink
+
+
+def test_a_safe_model_has_no_breaks_section(client: Client, catalog: Catalog) -> None:
+    body = client.get(f"/m/{catalog.safe.repo_id}/").content.decode()
+    assert "Cache-safe in every session we replayed" in body
+    assert "Where the cache breaks" not in body
+    assert "culprit" not in body.split("Template source")[1].split("</section>")[0].replace(
+        "culprit-key", ""
+    )
+
+
+def test_hybrid_model_sentence_says_what_a_divergence_costs(
+    client: Client, catalog: Catalog
+) -> None:
+    body = client.get(f"/m/{catalog.changed.repo_id}/").content.decode()
+    assert "hybrid (recurrent + attention) model" in body
+
+
+def test_model_page_shows_the_template_history_with_verdicts(
+    client: Client, catalog: Catalog
+) -> None:
+    body = client.get(f"/m/{catalog.changed.repo_id}/").content.decode()
+    history = body.split('id="history-h"')[1]
+    assert "Strip reasoning from earlier turns" in history
+    assert "Initial chat template" in history
+    diff_url = f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/"
+    assert diff_url in history
+    # Before: safe (the old ChatML template), after: breaks.
+    change = history.split("Strip reasoning")[1].split("</li>")[0]
+    assert change.index("Cache-safe") < change.index("Breaks the cache")
+
+
+@pytest.mark.usefixtures("healthy_service")
+def test_model_page_query_count_does_not_grow_with_history(
+    client: Client, catalog: Catalog, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    url = f"/m/{catalog.changed.repo_id}/"
+    # model (+ snapshot, template, catalog row), newest check, timeline with both verdicts
+    with django_assert_num_queries(3):
+        client.get(url)
+    for n in range(20):
+        TemplateChange.objects.create(
+            model=catalog.changed,
+            commit_sha=f"{n:040x}",
+            old_version=catalog.old_version,
+            new_version=catalog.changed.current_snapshot.default_template,  # type: ignore[union-attr]
+        )
+    with django_assert_num_queries(3):
+        response = client.get(url)
+    assert response.content.decode().count("What changed") == 21
+
+
+def test_model_pinned_to_a_commit_and_unknown_commit(client: Client, catalog: Catalog) -> None:
+    pinned = client.get(f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/")
+    assert pinned.status_code == 200
+    assert "You are looking at this model as of commit" in pinned.content.decode()
+    assert client.get(f"/m/{catalog.unsafe.repo_id}/at/{'1' * 40}/").status_code == 404
+
+
+def test_unknown_model_is_a_404_that_offers_to_track_it(client: Client, catalog: Catalog) -> None:
+    response = client.get("/m/some-org/not-tracked-7b/")
+    body = response.content.decode()
+    assert response.status_code == 404
+    assert "We do not track" in body
+    assert '<form method="post" action="/track/"' in body
+    assert '<input type="hidden" name="repo_id" value="some-org/not-tracked-7b">' in body
+
+
+def test_a_model_being_checked_polls_its_progress_until_done(
+    client: Client, catalog: Catalog
+) -> None:
+    url = f"/m/{PENDING_REPO}/"
+    page = client.get(url).content.decode()
+    assert "Checking…" in page and 'value="40"' in page
+    assert 'hx-trigger="every 2s"' in page
+    poll = client.get(url, headers={"HX-Request": "true", "HX-Target": "check-status"})
+    fragment = poll.content.decode()
+    assert fragment.lstrip().startswith('<div id="check-status"')
+    assert 'hx-trigger="every 2s"' in fragment and "<html" not in fragment
+    # The check finishes: the next poll answers the verdict, without a trigger, so polling stops.
+    pending = HubModel.objects.get(repo_id=PENDING_REPO)
+    version = pending.current_snapshot.default_template  # type: ignore[union-attr]
+    record_check(version, check_in_process(version, TOKENS))
+    final = client.get(url, headers={"HX-Request": "true", "HX-Target": "check-status"})
+    text = final.content.decode()
+    assert "hx-trigger" not in text
+    assert "Show the full results" in text
+    assert CheckRun.objects.get(template_version=version).status == "done"
+
+
+def test_a_model_not_synced_yet_polls_too(client: Client) -> None:
+    HubModel.objects.create(repo_id="new-org/just-tracked", author="new-org")
+    body = client.get("/m/new-org/just-tracked/").content.decode()
+    assert 'hx-trigger="every 2s"' in body
+    HubModel.objects.filter(repo_id="new-org/just-tracked").update(
+        status=ModelStatus.NO_TEMPLATE, status_reason="This repository has no chat template."
+    )
+    body = client.get("/m/new-org/just-tracked/").content.decode()
+    assert "hx-trigger" not in body and "no chat template" in body
+
+
+def test_hub_text_is_escaped_everywhere(client: Client, catalog: Catalog) -> None:
+    """The template, its tags and family come from the Hub: none of it may become markup."""
+    hostile = sha(catalog.hostile)
+    pages = [
+        "/",
+        "/?q=evil",
+        f"/m/{HOSTILE_REPO}/",
+        f"/t/{hostile}/",
+        f"/t/{hostile}/pair/default/chat/1/",
+        f"/t/{hostile}/vs/{catalog.old_version.sha256}/",
+    ]
+    for url in pages:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        body = response.content.decode()
+        assert "<script>alert" not in body, url
+        assert "<img src=x" not in body, url
+        assert "<b>fam</b>" not in body, url
+    source = client.get(f"/t/{hostile}/").content.decode()
+    assert "&lt;script&gt;alert(&#x27;template&#x27;)&lt;/script&gt;" in source
+    assert "&lt;img src=x onerror=alert(1)&gt;" in source
+    pair = client.get(f"/t/{hostile}/pair/default/chat/1/").content.decode()
+    assert '<span class="tok">&lt;|im_start|&gt;</span>' in pair  # escaped, then made visible
+    assert "&lt;img" in pair
+
+
+def test_template_page_lists_its_models_and_verdicts(client: Client, catalog: Catalog) -> None:
+    body = client.get(f"/t/{sha(catalog.changed)}/").content.decode()
+    assert catalog.changed.repo_id in body
+    assert "enable_thinking=true" in body
+    assert client.get(f"/t/{'f' * 64}/").status_code == 404
+    assert client.get("/t/not-a-sha/").status_code == 404
+
+
+def test_pair_page_shows_both_renders_and_the_divergence(client: Client, catalog: Catalog) -> None:
+    url = f"/t/{sha(catalog.unsafe)}/pair/default/chat/1/"
+    response = client.get(url, {"model": catalog.unsafe.repo_id})
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Request 1" in body and "Request 2" in body
+    assert body.count('id="divergence-before"') == 1
+    assert body.count('id="divergence-after"') == 1
+    assert 'href="#divergence-after"' in body  # the jump link works without JavaScript
+    # The marker that moved: request 1 marks user 1 as latest, request 2 does not.
+    before = body.split('id="divergence-before"')[1][:300]
+    assert "[LATEST]" in before
+    assert "byte 86" in body and "user 1" in body
+    assert "The template lines involved" in body
+    # The latest link of this pair, and the copyable pinned link.
+    latest = f"/m/{catalog.unsafe.repo_id}/pair/default/chat/1/"
+    assert latest in body
+    redirect = client.get(latest)
+    assert redirect.status_code == 302 and redirect["Location"].startswith(url)
+
+
+def test_pair_that_does_not_exist_is_404(client: Client, catalog: Catalog) -> None:
+    base = f"/t/{sha(catalog.unsafe)}/pair"
+    assert client.get(f"{base}/default/chat/9/").status_code == 404
+    assert client.get(f"{base}/enable_thinking=true/chat/1/").status_code == 404
+    assert client.get(f"{base}/default/no-session/1/").status_code == 404
+    # A safe template has no failing pair to show, but a passing pair still renders.
+    assert client.get(f"/t/{sha(catalog.safe)}/pair/default/chat/1/").status_code == 200
+
+
+def test_version_diff_shows_changed_lines_and_both_verdicts(
+    client: Client, catalog: Catalog
+) -> None:
+    url = f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/"
+    body = client.get(url, {"model": catalog.changed.repo_id}).content.decode()
+    before, after = body.split("<h2>Before</h2>")[1].split("<h2>After</h2>")
+    assert "Cache-safe" in before and "Breaks the cache" in after
+    assert re.search(r'<tr class="add">.*split\(&#x27;&lt;/think&gt;&#x27;\)', body)
+    assert '<tr class="del">' in body
+    assert client.get(f"/t/{sha(catalog.changed)}/vs/{'e' * 64}/").status_code == 404
+
+
+def test_badge_is_an_svg_with_the_verdict(client: Client, catalog: Catalog) -> None:
+    safe = client.get(f"/badge/{catalog.safe.repo_id}.svg")
+    assert safe.status_code == 200
+    assert safe["Content-Type"].startswith("image/svg+xml")
+    assert "prompt cache: safe" in safe.content.decode()
+    assert "breaks" in client.get(f"/badge/{catalog.unsafe.repo_id}.svg").content.decode()
+    unknown = client.get("/badge/nobody/nothing.svg")
+    assert unknown.status_code == 404 and "not tracked" in unknown.content.decode()
+
+
+def test_feeds_of_template_changes(client: Client, catalog: Catalog) -> None:
+    everything = client.get("/feeds/changes.atom")
+    assert everything["Content-Type"].startswith("application/atom+xml")
+    text = everything.content.decode()
+    assert text.count("<entry>") == 2
+    assert "Strip reasoning from earlier turns" in text
+    assert f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/" in text
+    by_author = client.get("/feeds/authors/cachesafe-demo.atom").content.decode()
+    assert by_author.count("<entry>") == 2
+    assert client.get("/feeds/authors/evil-org.atom").content.decode().count("<entry>") == 0
+    assert client.get("/feeds/authors/nobody.atom").status_code == 404
+    one = client.get(f"/m/{catalog.changed.repo_id}/changes.atom").content.decode()
+    assert one.count("<entry>") == 2
+    assert client.get("/m/nobody/nothing/changes.atom").status_code == 404
+
+
+def test_pages_unfurl_with_model_and_verdict(client: Client, catalog: Catalog) -> None:
+    body = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
+    assert (
+        f'<meta property="og:title" content="{catalog.unsafe.repo_id}: Breaks the cache">' in body
+    )
+    assert '<meta name="twitter:title"' in body
+    assert re.search(r'<meta property="og:description" content="Not cache-safe', body)
+
+
+def test_pages_refuse_post(client: Client, catalog: Catalog) -> None:
+    assert client.post(f"/m/{catalog.unsafe.repo_id}/").status_code == 405
+    assert client.post(f"/t/{sha(catalog.unsafe)}/").status_code == 405
