@@ -1,0 +1,150 @@
+"""What people do on the dashboard, in Chromium: search, filter, open, diff, copy, dark mode."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import expect
+
+from registry.models import HubModel
+from registry.verdicts import check_in_process, record_check
+from tests.dashboard_data import PENDING_REPO, TOKENS, Catalog, build_catalog
+
+from .conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def catalog(transactional_db: None) -> Catalog:
+    return build_catalog()
+
+
+def repos(page: Any) -> list[str]:
+    return page.locator("#results a.repo").all_inner_texts()
+
+
+def test_search_as_you_type_updates_results_and_url_without_reloading(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    page.goto(live_server.url + "/")
+    page.evaluate("window.__sameDocument = true")
+    table_top = page.locator("#results table").bounding_box()["y"]
+    page.locator("#q").press_sequentially("mark", delay=40)
+    expect(page.locator("#results a.repo")).to_have_count(1)
+    assert repos(page) == ["cachesafe-demo/marker-chat-8b"]
+    expect(page).to_have_url(re.compile(r"/\?q=mark$"))
+    assert page.evaluate("window.__sameDocument") is True  # htmx swapped, no navigation
+    # Nothing above the results moved while searching.
+    assert page.locator("#results table").bounding_box()["y"] == table_top
+    screenshot(page, "catalog-search")
+    # The URL is the state: pasted into a new tab it shows the same results.
+    other = page.context.new_page()
+    other.goto(page.url)
+    assert repos(other) == ["cachesafe-demo/marker-chat-8b"]
+    expect(other.locator("#q")).to_have_value("mark")
+    other.close()
+    # Clearing the search brings everything back.
+    page.locator("#q").fill("")
+    expect(page.locator("#results a.repo")).to_have_count(5)
+
+
+def test_filters_apply_on_change_and_survive_a_reload(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    page.goto(live_server.url + "/")
+    page.get_by_label("Verdict").select_option("unsafe")
+    expect(page.locator("#results a.repo")).to_have_count(3)
+    page.get_by_label("Architecture").select_option("yes")
+    expect(page.locator("#results a.repo")).to_have_count(1)
+    assert repos(page) == ["cachesafe-demo/thinker-30b-a3b"]
+    expect(page).to_have_url(re.compile(r"verdict=unsafe&hybrid=yes"))
+    page.reload()
+    expect(page.get_by_label("Verdict")).to_have_value("unsafe")
+    expect(page.get_by_label("Architecture")).to_have_value("yes")
+    assert repos(page) == ["cachesafe-demo/thinker-30b-a3b"]
+    page.get_by_role("link", name="Clear filters").click()
+    expect(page.locator("#results a.repo")).to_have_count(5)
+
+
+def test_open_a_model_then_a_diff_and_jump_to_the_divergence(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    page.goto(live_server.url + "/")
+    page.get_by_role("link", name="cachesafe-demo/marker-chat-8b").click()
+    expect(page.locator("h1")).to_have_text("cachesafe-demo/marker-chat-8b")
+    expect(page.locator(".sentence")).to_contain_text("earlier messages are re-rendered")
+    # The first failing cell of the matrix opens that pair's diff.
+    page.locator("table.matrix td.cell-fail a").first.click()
+    expect(page.locator("h1")).to_contain_text("Request 1 → 2")
+    expect(page).to_have_url(re.compile(r"/t/[0-9a-f]{64}/pair/default/chat/1/"))
+    page.set_viewport_size({"width": 1280, "height": 500})
+    page.get_by_role("link", name="Jump to the first difference").click()
+    mark = page.locator("#divergence-after")
+    expect(mark).to_be_in_viewport()
+    expect(mark).to_be_focused()
+    expect(page).to_have_url(re.compile(r"#divergence-after$"))
+    assert "[LATEST]" in page.locator("#divergence-before").inner_text()
+
+
+def test_copy_link_puts_the_pinned_url_on_the_clipboard(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    page.goto(f"{live_server.url}/m/{catalog.unsafe.repo_id}/")
+    page.get_by_role("button", name="Copy link").click()
+    expect(page.locator(".share .copied")).to_have_text("Copied")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.endswith(f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/")
+    # The pinned link (absolute on SITE_URL) opens the same model at that commit.
+    page.goto(live_server.url + urlsplit(copied).path)
+    expect(page.locator(".pinned-note")).to_contain_text("as of commit")
+
+
+def test_dark_mode_toggle_is_remembered(page: Any, live_server: Any, catalog: Catalog) -> None:
+    page.emulate_media(color_scheme="light")
+    page.goto(live_server.url + "/")
+    light = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    toggle = page.get_by_role("button", name="Dark mode")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    toggle.click()
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+    dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert dark != light and dark == "rgb(15, 20, 25)"
+    page.goto(f"{live_server.url}/m/{catalog.changed.repo_id}/")
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    # The system preference is followed until the reader chooses.
+    page.evaluate("localStorage.clear()")
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(15, 20, 25)"
+
+
+def test_keyboard_reaches_search_and_filters(page: Any, live_server: Any, catalog: Catalog) -> None:
+    page.goto(live_server.url + "/")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    expect(page.locator("#q")).to_be_focused()
+    page.keyboard.type("thinker")
+    expect(page.locator("#results a.repo")).to_have_count(1)
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Verdict")).to_be_focused()
+
+
+def test_checking_page_updates_itself_when_the_check_finishes(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    page.goto(f"{live_server.url}/m/{PENDING_REPO}/")
+    expect(page.locator("#check-status")).to_contain_text("Checking…")
+    screenshot(page, "model-checking")
+    version = HubModel.objects.get(repo_id=PENDING_REPO).current_snapshot.default_template  # type: ignore[union-attr]
+    record_check(version, check_in_process(version, TOKENS))
+    expect(page.locator("#check-status")).to_contain_text("Show the full results", timeout=8000)
+    expect(page.locator("#check-status")).not_to_have_attribute("hx-trigger", "every 2s")
+    page.get_by_role("link", name="Show the full results").click()
+    expect(page.locator("table.matrix")).to_be_visible()
