@@ -39,30 +39,38 @@ def test_prompt_matches_the_tokenizer_and_has_server_segments(qwen3_tokenizer: A
     assert sum(len(s) for s in prompt.segments) == len(prompt.tokens)
 
 
-def test_forced_reply_is_the_turn_as_last_message(qwen3_tokenizer: Any) -> None:
-    r1, r2, _ = requests()
-    p1 = render_prompt(qwen3_tokenizer, r1)
-    reply = forced_reply(qwen3_tokenizer, r1, r2, p1.tokens)
+def reply_and_reuse(tokenizer: Any, k: int) -> tuple[str, int, int]:
+    """Forced reply to request k (decoded), reusable prefix of request k+1, and k's length."""
+    current, following = requests()[k], requests()[k + 1]
+    prompt = render_prompt(tokenizer, current).tokens
+    reply = forced_reply(tokenizer, current, following, prompt)
     assert reply is not None
-    text = qwen3_tokenizer.decode(reply)
+    reusable = common_prefix(prompt + reply, render_prompt(tokenizer, following).tokens)
+    return tokenizer.decode(reply), reusable, len(prompt)
+
+
+def test_forced_reply_is_the_turn_as_last_message(qwen3_tokenizer: Any) -> None:
+    text, reusable, prompt_len = reply_and_reuse(qwen3_tokenizer, 0)
     assert text == "<think>\nLook it up.\n</think>\n\nIt is sunny.<|im_end|>"
     # The template drops that reasoning from history: reuse stops at the <think>.
-    p2 = render_prompt(qwen3_tokenizer, r2)
-    assert common_prefix(p1.tokens + reply, p2.tokens) == len(p1.tokens)
+    assert reusable == prompt_len
 
 
 def test_forced_reply_with_tool_call_ends_on_end_of_turn(qwen3_tokenizer: Any) -> None:
-    _, r2, r3 = requests()
-    p2 = render_prompt(qwen3_tokenizer, r2)
-    reply = forced_reply(qwen3_tokenizer, r2, r3, p2.tokens)
-    assert reply is not None
-    text = qwen3_tokenizer.decode(reply)
+    text, reusable, prompt_len = reply_and_reuse(qwen3_tokenizer, 1)
     # As the last message the Qwen3 logic writes an empty think block; as history after a
     # tool result it does not: even with no reasoning at all the reply is rewritten.
     assert text.startswith("<think>\n\n</think>\n\n")
     assert text.endswith('"arguments": {"city": "London"}}\n</tool_call><|im_end|>')
-    p3 = render_prompt(qwen3_tokenizer, r3)
-    assert common_prefix(p2.tokens + reply, p3.tokens) == len(p2.tokens)
+    assert reusable == prompt_len
+
+
+def test_forced_reply_is_kept_by_a_safe_template(model_dirs: dict[str, Path]) -> None:
+    tokenizer = mlx_lm.load(str(model_dirs["llama/chatml"]))[1]
+    text, reusable, prompt_len = reply_and_reuse(tokenizer, 0)
+    assert text.endswith("It is sunny.<|im_end|>")
+    reply_len = len(tokenizer.encode(text, add_special_tokens=False))
+    assert reusable == prompt_len + reply_len
 
 
 def test_no_forced_reply_when_history_is_rewritten(qwen3_tokenizer: Any) -> None:
