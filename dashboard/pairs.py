@@ -155,8 +155,9 @@ def _render(
     return {
         "before": before,
         "after": after,
-        "before_spans": plain(renderer.spans(variant, request, tools)),
-        "after_spans": plain(renderer.spans(variant, next_request, tools)),
+        # Attribute every character: the page shows who wrote each line, not just the first diff.
+        "before_spans": plain(renderer.spans(variant, request, tools, len(before))),
+        "after_spans": plain(renderer.spans(variant, next_request, tools, len(after))),
         "messages": [dict(m) for m in next_request],
         "reply": dict(messages[ends[index - 1]]),
     }

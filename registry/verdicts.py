@@ -52,8 +52,14 @@ def record_check(template_version: TemplateVersion, report: TemplateReport) -> C
         "tools": found.tools,
         "variants": found.variants,
     }
-    for model_id in model_ids:
-        CatalogVerdict.objects.update_or_create(model_id=model_id, defaults=fields)
+    # One upsert for every model of this template (a popular template has thousands).
+    CatalogVerdict.objects.bulk_create(
+        [CatalogVerdict(model_id=model_id, **fields) for model_id in model_ids],
+        update_conflicts=True,
+        unique_fields=["model"],
+        update_fields=list(fields),
+        batch_size=1000,
+    )
     return run
 
 
