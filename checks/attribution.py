@@ -85,8 +85,12 @@ def render_with_spans(
     template: jinja2.Template,
     context: dict[str, Any],
     max_chars: int,
+    until: int | None = None,
 ) -> tuple[str, list[Span]]:
-    """Render like `rendering.render`, returning the text and a span per yielded chunk."""
+    """Render like `rendering.render`, returning the text and a span per yielded chunk.
+
+    With `until`, stop once the chunk holding that character offset has been attributed.
+    """
     messages = context["messages"]
     identities = _Identities(messages, context.get("tools"))
     generator = template.generate(context)
@@ -113,6 +117,9 @@ def render_with_spans(
         position += len(chunk)
         if position > max_chars:
             raise RenderLimitError(f"output over {max_chars // (1024 * 1024)} MiB")
+        if until is not None and position >= until:
+            generator.close()  # type: ignore[attr-defined]
+            break
     return "".join(parts), spans
 
 

@@ -61,7 +61,7 @@ class PairInput:
     reply: dict[str, Any]  # the assistant message the model emitted between the two
     model_reasons: bool  # would the model emit reasoning after this generation prompt
     history: Callable[[], str]  # B_k: request k without the generation prompt
-    spans: Callable[[], tuple[list[Span], list[Span]]]  # attribution of P_k and P_k+1
+    spans: Callable[[int], tuple[list[Span], list[Span]]]  # attribution of P_k, P_k+1 up to n
     tokens: Callable[[str], list[int]] | None = None
     check_tool_calls: bool = True  # False when the template never reads tool_calls
 
@@ -82,7 +82,7 @@ def _divergence(
     history_end: int,
     token_index: int | None,
 ) -> Divergence:
-    before_spans, after_spans = pair.spans()
+    before_spans, after_spans = pair.spans(offset + 1)
     span_before = span_at(before_spans, offset) if offset < len(pair.prompt) else None
     span_after = span_at(after_spans, offset)
     if offset >= len(pair.prompt):

@@ -51,6 +51,7 @@ from checks.variants import (
     plan_variants,
     reads_field,
     reads_reasoning,
+    remember_resolved,
     thinking_kwargs,
 )
 
@@ -127,11 +128,18 @@ class Renderer:
     tokens: Callable[[str], list[int]] | None = None
     profiles: dict[str, ReasoningProfile] = field(default_factory=dict)
     _memo: dict[tuple[Any, ...], str | RenderFailed] = field(default_factory=dict)
+    _spans: dict[tuple[Any, ...], tuple[int, list[Span]]] = field(default_factory=dict)
     renders: int = 0
 
     def template(self, name: str) -> jinja2.Template:
         text = self.source.templates[name]
         return self.templates.get(f"{self.source.sha256}:{name}", text)
+
+    def parsed(self, name: str) -> jinja2.nodes.Template:
+        text = self.source.templates[name]
+        compiled = self.templates.get_parsed(f"{self.source.sha256}:{name}", text)
+        remember_resolved(compiled.ast, compiled.resolved)
+        return compiled.ast
 
     def context(
         self,
@@ -198,14 +206,23 @@ class Renderer:
         variant: Variant,
         messages: tuple[dict[str, Any], ...],
         tools: list[dict[str, Any]] | None,
+        until: int,
     ) -> list[Span]:
+        """Attribution of the render up to character `until` (rendering stops there)."""
+        # Keyed by the text: variants that render the same bytes share one attribution.
+        text = self.render(variant, messages, tools, True)
+        key = (variant.template_name, text, tools is not None)
+        cached = self._spans.get(key)
+        if cached is not None and cached[0] >= until:
+            return cached[1]
         context = self.context(variant, messages, tools, True)
         try:
             _, spans = render_with_spans(
-                self.template(variant.template_name), context, self.options.max_output_chars
+                self.template(variant.template_name), context, self.options.max_output_chars, until
             )
         except Exception:  # noqa: BLE001 - rendered fine a moment ago; attribution is best effort
-            return []
+            spans = []
+        self._spans[key] = (until, spans)
         return spans
 
 
@@ -316,12 +333,13 @@ def run_session(
                 return ""
 
         def spans(
+            until: int,
             request: tuple[dict[str, Any], ...] = request,
             next_request: tuple[dict[str, Any], ...] = next_request,
         ) -> tuple[list[Span], list[Span]]:
             return (
-                renderer.spans(variant, request, tools),
-                renderer.spans(variant, next_request, tools),
+                renderer.spans(variant, request, tools, until),
+                renderer.spans(variant, next_request, tools, until),
             )
 
         reasons_here = False
@@ -399,9 +417,7 @@ def run_check(
     templates.environment.now = options.now
     renderer = Renderer(source, templates, options, observer, tokens)
     try:
-        asts = {name: templates.environment.parse(text) for name, text in source.templates.items()}
-        for name in source.templates:
-            renderer.template(name)
+        asts = {name: renderer.parsed(name) for name in source.templates}
     except jinja2.TemplateSyntaxError as exc:
         reason = f"template syntax error at line {exc.lineno}: {exc.message}"
         return error_report(source, file, reason, started, tokenizer_sha)

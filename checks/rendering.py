@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -161,6 +163,29 @@ def compile_template(environment: CheckEnvironment, text: str) -> jinja2.Templat
     return environment.from_string(text)
 
 
+_RESOLVED_NAME = re.compile(r"resolve\('([^']+)'\)")
+
+
+@dataclass(frozen=True)
+class CompiledTemplate:
+    template: jinja2.Template
+    ast: jinja2.nodes.Template
+    # Names the compiled code looks up in the context: what jinja2.meta would report as
+    # undeclared, minus the environment's own globals.
+    resolved: frozenset[str]
+
+
+def compile_parsed(environment: CheckEnvironment, text: str) -> CompiledTemplate:
+    """Parse and generate code once: the template, its AST and the names it reads all come
+    from that one pass (jinja2.meta would run the code generator a second time)."""
+    ast = environment.parse(text)
+    source = environment.compile(ast, raw=True)
+    code = compile(source, "<template>", "exec")
+    globals_ = environment.make_globals(None)
+    template = environment.template_class.from_code(environment, code, globals_, None)
+    return CompiledTemplate(template, ast, frozenset(_RESOLVED_NAME.findall(source)))
+
+
 class TemplateCache:
     """An LRU of compiled templates keyed by sha256, so each compiles once per process."""
 
@@ -168,19 +193,24 @@ class TemplateCache:
         self.environment = environment
         self.size = size
         self.compilations = 0
-        self._templates: OrderedDict[str, jinja2.Template] = OrderedDict()
+        self._templates: OrderedDict[str, CompiledTemplate] = OrderedDict()
 
     def get(self, sha256: str, text: str) -> jinja2.Template:
-        template = self._templates.get(sha256)
-        if template is not None:
+        return self.get_parsed(sha256, text).template
+
+    def get_parsed(self, sha256: str, text: str) -> CompiledTemplate:
+        """The compiled template and its AST; raises jinja2.TemplateSyntaxError on bad syntax."""
+        entry = self._templates.get(sha256)
+        if entry is not None:
             self._templates.move_to_end(sha256)
-            return template
-        template = compile_template(self.environment, text)
+            return entry
+        entry = compile_parsed(self.environment, text)
         self.compilations += 1
-        self._templates[sha256] = template
-        if len(self._templates) > self.size:
-            self._templates.popitem(last=False)
-        return template
+        if self.size > 0:  # size 0 is the naive baseline: compile on every use
+            self._templates[sha256] = entry
+            if len(self._templates) > self.size:
+                self._templates.popitem(last=False)
+        return entry
 
 
 def plain_data(value: Any) -> Any:

@@ -77,15 +77,39 @@ def _expected_from_caller(ast: nodes.Template) -> set[str]:
     return names
 
 
+# find_undeclared_variables runs Jinja's code generator; the engine already ran it to compile,
+# so it hands the names over (`remember_resolved`) and they are reused here.
+_READ_CACHE: dict[int, tuple[nodes.Template, list[str]]] = {}
+_RESOLVED: dict[int, tuple[nodes.Template, frozenset[str]]] = {}
+
+
+def remember_resolved(ast: nodes.Template, names: frozenset[str]) -> None:
+    """Record the names the compiled code of `ast` resolves from its context."""
+    if len(_RESOLVED) > 512:
+        _RESOLVED.clear()
+    _RESOLVED[id(ast)] = (ast, names)
+
+
 def kwargs_read(ast: nodes.Template) -> list[str]:
     """Variables the template reads that the caller may pass as chat_template_kwargs.
 
     Jinja reports variables set inside a block as undeclared too; those count only when the
     template also tests them with `is defined` or `default` (a value from the caller is expected).
     """
-    undeclared = jinja2.meta.find_undeclared_variables(ast) - PROVIDED_NAMES
+    cached = _READ_CACHE.get(id(ast))
+    if cached is not None and cached[0] is ast:
+        return cached[1]
+    known = _RESOLVED.get(id(ast))
+    if known is not None and known[0] is ast:
+        undeclared = set(known[1]) - PROVIDED_NAMES
+    else:
+        undeclared = jinja2.meta.find_undeclared_variables(ast) - PROVIDED_NAMES
     internal = _assigned(ast) - _expected_from_caller(ast)
-    return sorted(undeclared - internal)
+    read = sorted(undeclared - internal)
+    if len(_READ_CACHE) > 512:
+        _READ_CACHE.clear()
+    _READ_CACHE[id(ast)] = (ast, read)
+    return read
 
 
 def _aliases(ast: nodes.Template, name: str) -> set[str]:

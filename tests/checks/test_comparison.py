@@ -8,6 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from checks import SandboxPool, check_template
 from checks.comparison import common_prefix
 from checks.engine import run_check
+from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import (
     ASSISTANT_OUTPUT,
     GENERATION_PROMPT,
@@ -18,7 +19,6 @@ from checks.reports import (
     RequestPair,
     TemplateReport,
 )
-from checks.rendering import CheckEnvironment, TemplateCache
 from checks.sources import TemplateSource
 
 CHATML = (
@@ -172,6 +172,6 @@ def test_token_seam_where_bytes_match(newline_merging_tokenizer: str, pool: Sand
     assert seam.status == "fail"
     assert report.tokenizer_sha256 is not None
     # Plain chat replies start with a letter: no seam there.
-    chat = [v for v in report.variants][0].sessions[0]
+    chat = list(report.variants)[0].sessions[0]
     assert chat.session == "chat" and all(p.status == "pass" for p in chat.pairs)
     assert all(p.token_reusable_share is not None for p in chat.pairs)
