@@ -140,6 +140,7 @@ class HubClient:
         *,
         bucket: ratelimit.Bucket | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
         max_attempts: int | None = None,
         timeout: float | None = None,
         max_wait: float = 120.0,
@@ -149,7 +150,7 @@ class HubClient:
         # False, not None: never send a token found on this machine (CHECKS.md §7).
         self._auth: str | bool = self.token or False
         self.api = HfApi(endpoint=self.endpoint, token=self._auth)
-        self.bucket = bucket or ratelimit.hub_bucket(self.token)
+        self.bucket = bucket or ratelimit.hub_bucket(self.token, clock)
         self.sleep = sleep
         self.max_attempts = max_attempts or int(ratelimit.config_value("HF_MAX_ATTEMPTS", "5"))
         self.timeout = timeout or float(ratelimit.config_value("HF_TIMEOUT_SECONDS", "20"))

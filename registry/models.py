@@ -259,6 +259,14 @@ class WatchKind(models.TextChoices):
     QUERY = "query", "Hub query"
 
 
+class WatchQuerySet(models.QuerySet["Watch"]):
+    def covers_author(self, author: str) -> bool:
+        return self.filter(kind=WatchKind.AUTHOR, author__iexact=author).exists()
+
+    def stalest(self) -> WatchQuerySet:
+        return self.order_by(F("last_run_at").asc(nulls_first=True), "id")
+
+
 class Watch(models.Model):
     """A source of new repos: every model of an author, or the top N of a Hub query."""
 
@@ -271,6 +279,8 @@ class Watch(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+
+    objects = WatchQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -286,6 +296,16 @@ class Watch(models.Model):
             return f"author {self.author}"
         parts = [f"search={self.search!r}" if self.search else "", self.pipeline_tag]
         return f"top {self.limit} by {self.sort} " + " ".join(p for p in parts if p)
+
+    def query(self) -> dict[str, str | int | None]:
+        """The Hub query this watch stands for (HubClient.iter_models arguments)."""
+        return {
+            "author": self.author or None,
+            "search": self.search or None,
+            "pipeline_tag": self.pipeline_tag or None,
+            "sort": self.sort,
+            "limit": self.limit,
+        }
 
 
 class CheckStatus(models.TextChoices):

@@ -7,6 +7,8 @@ transaction per repo, so a sync interrupted anywhere leaves either all of its ro
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -152,7 +154,11 @@ class RegistrySync:
 
     def __init__(self, client: HubClient | None = None, limit: int | None = None) -> None:
         self.client = client or HubClient()
-        self.limit = limit or history_limit()
+        self._limit = limit
+
+    @property
+    def limit(self) -> int:
+        return self._limit or history_limit()
 
     # --- entry point -----------------------------------------------------------------------
 
@@ -462,4 +468,28 @@ def sync_repo_ids(
             results.append(syncer.sync(model, force=force))
         except HubUnavailable as err:
             results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
+    return results
+
+
+def sync_stalest(
+    limit: int,
+    *,
+    seconds: float | None = None,
+    client: HubClient | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[SyncResult]:
+    """Sync up to `limit` of the repos synced longest ago, within `seconds`; stops early when
+    the Hub rate-limits us (the rest wait for the next run)."""
+    syncer = RegistrySync(client)
+    deadline = clock() + seconds if seconds is not None else None
+    results = []
+    for model in HubModel.objects.stalest()[:limit]:
+        if deadline is not None and clock() >= deadline:
+            break
+        try:
+            results.append(syncer.sync(model))
+        except HubUnavailable as err:
+            results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
+            if err.retry_after is not None:
+                break
     return results

@@ -1,33 +1,492 @@
+"""Sync against the fake Hub, through the real huggingface_hub client."""
+
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from registry.hub import HubClient
-from registry.models import HubModel, ModelStatus, TemplateChange
-from registry.sync import RegistrySync
-from tests.fakehub import FakeHub
+from registry.api import model_json
+from registry.hub import HubClient, HubUnavailable
+from registry.models import (
+    HubModel,
+    ModelStatus,
+    NamedTemplate,
+    TemplateChange,
+    TemplateSnapshot,
+    TemplateVersion,
+)
+from registry.signals import template_changed
+from registry.sync import RegistrySync, SyncResult
+from tests.fakehub import FakeHub, load_corpus
+from tests.fakehub.corpus import tokenizer_config, upload_files
 from tests.fakehub.fixtures import Sleeps, corpus_hub, fake_hub, hub_settings, sleeps
 
 pytestmark = pytest.mark.django_db
 __all__ = ["corpus_hub", "fake_hub", "hub_settings", "sleeps"]
 
+CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+TOOLS = CHATML + "{% if tools %}<tools>{{ tools | tojson }}</tools>{% endif %}"
+
 
 @pytest.fixture
 def syncer(hub_settings: Any, sleeps: Sleeps) -> RegistrySync:
-    return RegistrySync(HubClient(sleep=sleeps, timeout=5))
+    return RegistrySync(HubClient(sleep=sleeps, clock=sleeps.clock, timeout=2))
 
 
-def test_smoke(corpus_hub: FakeHub, syncer: RegistrySync) -> None:
-    model, _ = HubModel.objects.track("Qwen/Qwen3-0.6B", via="track")
-    result = syncer.sync(model)
-    print(result, corpus_hub.requests("Qwen/Qwen3-0.6B"))
-    model.refresh_from_db()
-    assert model.status == ModelStatus.OK
-    print(model.current_snapshot.source_file, model.model_type, model.template_files)
-    print(list(TemplateChange.objects.values()))
+@pytest.fixture
+def sync(syncer: RegistrySync) -> Callable[..., SyncResult]:
+    def run(repo_id: str, **options: Any) -> SyncResult:
+        model, _ = HubModel.objects.track(repo_id, via="track")
+        return syncer.sync(model, **options)
+
+    return run
+
+
+def upload(hub: FakeHub, repo_id: str, files: dict[str, Any], **attrs: Any) -> str:
+    hub.store.create_repo(repo_id, **attrs)
+    return hub.store.add_commit(repo_id, files, "Upload model").sha
+
+
+def tc(template: Any = None, **extra: Any) -> bytes:
+    """A tokenizer_config.json with `template` as its chat_template (any JSON value)."""
+    config: dict[str, Any] = {"bos_token": "<s>", "eos_token": "</s>", **extra}
+    if template is not None:
+        config["chat_template"] = template
+    return json.dumps(config).encode()
+
+
+def sha(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def api(repo_id: str) -> dict[str, Any]:
+    return model_json(HubModel.objects.get(repo_id=repo_id))
+
+
+# --- the corpus, end to end -------------------------------------------------------------------
+
+
+def test_every_corpus_repo_syncs_with_byte_exact_templates_and_full_history(
+    corpus_hub: FakeHub, corpus_dir: Path, sync: Callable[..., SyncResult]
+) -> None:
+    versions: dict[str, list[str]] = {}
+    for template in load_corpus(corpus_dir):
+        versions.setdefault(template.repo_id, []).append(sha(template.text))
+    for repo_id in versions:
+        assert sync(repo_id).status == ModelStatus.OK, repo_id
+    index = {i["file"]: i["sha256"] for i in json.loads((corpus_dir / "index.json").read_text())}
+    assert set(index.values()) >= {s for shas in versions.values() for s in shas}
+    for repo_id, shas in versions.items():
+        shown = api(repo_id)
+        # CRLF templates (Kimi K2, Nemotron 3) hash as published: bytes are never rewritten.
+        assert shown["template"]["sha256"] == shas[-1], repo_id
+        assert [h["template_sha256"] for h in shown["history"]] == list(reversed(shas)), repo_id
+        assert shown["history_complete"] is True
+    # One row per distinct text: repos that share a template share its version.
+    assert TemplateVersion.objects.count() == len({s for shas in versions.values() for s in shas})
+
+
+def test_architecture_facts_come_from_config_json(
+    corpus_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    for repo_id in (
+        "Qwen/Qwen3.5-4B",
+        "google/gemma-2-2b-it",
+        "TheBloke/Mistral-7B-Instruct-v0.1-GPTQ",
+        "LiquidAI/LFM2-8B-A1B",
+    ):
+        sync(repo_id)
+    qwen35, gemma = api("Qwen/Qwen3.5-4B"), api("google/gemma-2-2b-it")
+    assert (qwen35["is_hybrid"], qwen35["has_sliding_window"]) == (True, False)
+    assert qwen35["model_type"] == "qwen3_5"
+    assert (gemma["is_hybrid"], gemma["has_sliding_window"]) == (False, True)
+    assert api("TheBloke/Mistral-7B-Instruct-v0.1-GPTQ")["quantization"] == "gptq 4-bit"
+    assert api("LiquidAI/LFM2-8B-A1B")["is_hybrid"] is True
+    assert qwen35["template"]["tokenizer_json"]["size"] > 0
+    assert len(qwen35["template"]["tokenizer_json"]["sha"]) == 64  # LFS: the SHA-256
+
+
+# --- history ----------------------------------------------------------------------------------
+
+
+def test_backfill_is_bounded_and_newest_first(
+    fake_hub: FakeHub, hub_settings: Any, sync: Callable[..., SyncResult]
+) -> None:
+    hub_settings.REGISTRY_HISTORY_LIMIT = 5
+    fake_hub.state.commits_page_size = 2
+    upload(fake_hub, "org/long-history", {"tokenizer_config.json": tc(CHATML + "{# 0 #}")})
+    commits = [
+        fake_hub.store.add_commit(
+            "org/long-history", {"tokenizer_config.json": tc(CHATML + f"{{# {n} #}}")}, f"v{n}"
+        )
+        for n in range(1, 9)
+    ]
+    sync("org/long-history")
+    history = api("org/long-history")["history"]
+    assert [h["commit"] for h in history] == [c.sha for c in reversed(commits[-5:])]
+    assert [h["title"] for h in history] == ["v8", "v7", "v6", "v5", "v4"]
+    assert history[0]["previous_sha256"] == history[1]["template_sha256"]
+    assert api("org/long-history")["history_complete"] is False
+    pages = [r for r in fake_hub.requests("org/long-history") if "/commits/" in r.path]
+    assert len(pages) == 3  # 5 commits at 2 a page: the sixth and later pages are never asked
+
+
+def test_upstream_change_between_two_syncs_is_one_event_at_its_commit(
+    fake_hub: FakeHub,
+    sync: Callable[..., SyncResult],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    upload(fake_hub, "org/model", {"tokenizer_config.json": tc(CHATML), "README.md": b"hi"})
+    sync("org/model")
+    received: list[int] = []
+
+    def receiver(sender: Any, change_id: int, **kwargs: Any) -> None:
+        received.append(change_id)
+
+    template_changed.connect(receiver)
+    try:
+        changed = fake_hub.store.add_commit(
+            "org/model", {"tokenizer_config.json": tc(TOOLS)}, "Fix tool calls"
+        )
+        fake_hub.store.add_commit("org/model", {"README.md": b"docs"}, "Update README.md")
+        with django_capture_on_commit_callbacks(execute=True):
+            result = sync("org/model")
+        with django_capture_on_commit_callbacks(execute=True):
+            again = sync("org/model")
+    finally:
+        template_changed.disconnect(receiver)
+    assert (result.changes, again.changes, again.outcome) == (1, 0, "unchanged")
+    history = api("org/model")["history"]
+    assert [h["commit"] for h in history][:1] == [changed.sha]
+    assert history[0] == {
+        "commit": changed.sha,
+        "date": changed.date.isoformat(),
+        "title": "Fix tool calls",
+        "template_sha256": sha(TOOLS),
+        "previous_sha256": sha(CHATML),
+    }
+    assert len(history) == 2
+    assert received == [TemplateChange.objects.get(commit_sha=changed.sha).pk]
+
+
+def test_second_sync_asks_once_per_repo_and_writes_nothing_but_the_sync_time(
+    corpus_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    repo_ids = sorted(r.repo_id for r in corpus_hub.store.all())[:15]
+    for repo_id in repo_ids:
+        sync(repo_id)
+    before = {r: api(r) for r in repo_ids}
+    counts = (
+        TemplateVersion.objects.count(),
+        TemplateSnapshot.objects.count(),
+        TemplateChange.objects.count(),
+    )
+    assert counts[2] >= len(repo_ids)
     corpus_hub.reset_log()
-    result = syncer.sync(model)
-    print(result, corpus_hub.requests())
-    assert len(corpus_hub.requests()) == 1
+    with CaptureQueriesContext(connection) as queries:
+        results = [sync(r) for r in repo_ids]
+    assert {r.outcome for r in results} == {"unchanged"}
+    assert {r: len(corpus_hub.requests(r)) for r in repo_ids} == dict.fromkeys(repo_ids, 1)
+    writes = [
+        q["sql"]
+        for q in queries
+        if '"registry_' in q["sql"] and not q["sql"].lstrip().upper().startswith("SELECT")
+    ]
+    # One UPDATE per repo, of the sync time alone (the rate-limit bucket lives in the cache).
+    assert len(writes) == len(repo_ids)
+    assert all(w.startswith('UPDATE "registry_hubmodel" SET "last_synced_at"') for w in writes)
+    assert all(w.count(" = ") == 2 for w in writes), writes  # SET one column WHERE id
+    assert {r: api(r) for r in repo_ids} == before
+    assert (
+        TemplateVersion.objects.count(),
+        TemplateSnapshot.objects.count(),
+        TemplateChange.objects.count(),
+    ) == counts
+
+
+def test_forced_resync_rereads_history_and_adds_no_rows(
+    corpus_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    sync("CohereForAI/c4ai-command-r-v01")
+    rows = (TemplateChange.objects.count(), TemplateSnapshot.objects.count())
+    assert sync("CohereForAI/c4ai-command-r-v01", force=True).changes == 0
+    assert (TemplateChange.objects.count(), TemplateSnapshot.objects.count()) == rows
+
+
+# --- where the template comes from ------------------------------------------------------------
+
+
+def test_named_templates_from_a_tokenizer_config_list(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    named = [{"name": "default", "template": CHATML}, {"name": "tool_use", "template": TOOLS}]
+    upload(fake_hub, "org/named", {"tokenizer_config.json": tc(named)})
+    sync("org/named")
+    template = api("org/named")["template"]
+    assert template["source_file"] == "tokenizer_config.json"
+    assert template["sha256"] == sha(CHATML)
+    assert template["named_templates"] == {"default": sha(CHATML), "tool_use": sha(TOOLS)}
+    assert template["special_tokens"] == {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def test_chat_template_jinja_and_additional_templates_win_over_tokenizer_config(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(
+        fake_hub,
+        "org/jinja",
+        {
+            "tokenizer_config.json": tc("{{ 'ignored' }}"),
+            "chat_template.jinja": CHATML,
+            "additional_chat_templates/tool_use.jinja": TOOLS,
+        },
+    )
+    sync("org/jinja")
+    template = api("org/jinja")["template"]
+    assert template["source_file"] == "chat_template.jinja"
+    assert template["sha256"] == sha(CHATML)
+    assert template["named_templates"] == {"default": sha(CHATML), "tool_use": sha(TOOLS)}
+    # The tokens still come from tokenizer_config.json.
+    assert template["special_tokens"]["eos_token"] == "</s>"
+
+
+def test_legacy_chat_template_json_is_the_last_resort(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(
+        fake_hub,
+        "org/processor",
+        {"tokenizer_config.json": tc(), "chat_template.json": json.dumps({"chat_template": TOOLS})},
+    )
+    sync("org/processor")
+    assert api("org/processor")["template"]["source_file"] == "chat_template.json"
+    assert api("org/processor")["template"]["sha256"] == sha(TOOLS)
+
+
+def test_moving_the_template_to_chat_template_jinja_is_not_a_change(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/moved", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.store.add_commit(
+        "org/moved", {"tokenizer_config.json": tc(), "chat_template.jinja": CHATML}, "Move"
+    )
+    sync("org/moved")
+    shown = api("org/moved")
+    assert shown["template"]["source_file"] == "chat_template.jinja"
+    assert len(shown["history"]) == 1
+
+
+# --- statuses ---------------------------------------------------------------------------------
+
+
+def test_repo_without_any_template_is_no_template(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/base-model", {"tokenizer_config.json": tc(), "config.json": b"{}"})
+    assert sync("org/base-model").status == ModelStatus.NO_TEMPLATE
+    assert api("org/base-model")["template"] is None
+
+
+def test_unknown_repo_is_missing(fake_hub: FakeHub, sync: Callable[..., SyncResult]) -> None:
+    result = sync("org/does-not-exist")
+    assert result.status == ModelStatus.MISSING
+    assert "404" in api("org/does-not-exist")["status_reason"]
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        ({"tokenizer_config.json": b'{"chat_template": "{{ x }}",'}, "not valid JSON"),
+        ({"tokenizer_config.json": tc({"template": CHATML})}, "must be a string or a named list"),
+        ({"tokenizer_config.json": tc(42)}, "got int"),
+        ({"chat_template.jinja": b"{{ bos_token }}\xff\xfe"}, "not valid UTF-8"),
+        ({"chat_template.jinja": CHATML + " " * 2_000_000}, "over the 1,048,576-byte cap"),
+        ({"tokenizer_config.json": b"[1, 2]"}, "not a JSON object"),
+    ],
+    ids=["malformed-json", "template-object", "template-number", "bad-utf8", "huge", "json-list"],
+)
+def test_hostile_files_make_the_repo_broken_with_a_reason(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult], files: dict[str, Any], reason: str
+) -> None:
+    upload(fake_hub, "org/hostile", files)
+    assert sync("org/hostile").status == ModelStatus.BROKEN
+    assert reason in api("org/hostile")["status_reason"]
+    assert not TemplateSnapshot.objects.exists()
+
+
+def test_broken_upstream_keeps_the_last_good_template_and_recovers(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/flaky", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/flaky")
+    fake_hub.store.add_commit("org/flaky", {"tokenizer_config.json": b"{oops"}, "Break it")
+    assert sync("org/flaky").status == ModelStatus.BROKEN
+    assert api("org/flaky")["template"]["sha256"] == sha(CHATML)
+    fixed = fake_hub.store.add_commit("org/flaky", {"tokenizer_config.json": tc(TOOLS)}, "Fix")
+    assert sync("org/flaky").status == ModelStatus.OK
+    assert api("org/flaky")["history"][0]["commit"] == fixed.sha
+
+
+def test_gated_repo_keeps_its_last_templates_until_access_is_granted(
+    fake_hub: FakeHub, hub_settings: Any, sleeps: Sleeps, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/gated", {"tokenizer_config.json": tc(CHATML), "config.json": b"{}"})
+    sync("org/gated")
+    fake_hub.store.set("org/gated", gated="manual")
+    changed = fake_hub.store.add_commit("org/gated", {"tokenizer_config.json": tc(TOOLS)}, "New")
+    assert sync("org/gated").status == ModelStatus.GATED
+    shown = api("org/gated")
+    assert shown["template"]["sha256"] == sha(CHATML)
+    assert len(shown["history"]) == 1
+    # With a token that was granted access, the sync picks up what happened meanwhile.
+    fake_hub.store.set("org/gated", allowed_tokens={"hf_granted"})
+    hub_settings.HF_TOKEN = "hf_granted"
+    model = HubModel.objects.get(repo_id="org/gated")
+    assert (
+        RegistrySync(HubClient(sleep=sleeps, clock=sleeps.clock)).sync(model).status
+        == ModelStatus.OK
+    )
+    assert api("org/gated")["history"][0]["commit"] == changed.sha
+
+
+def test_private_and_disabled_repos_keep_their_templates(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/private", {"tokenizer_config.json": tc(CHATML)})
+    upload(fake_hub, "org/disabled", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/private")
+    sync("org/disabled")
+    fake_hub.store.set("org/private", private=True)
+    fake_hub.store.set("org/disabled", disabled=True)
+    assert sync("org/private").status == ModelStatus.PRIVATE
+    assert sync("org/disabled").status == ModelStatus.DISABLED
+    assert api("org/private")["template"]["sha256"] == sha(CHATML)
+    assert api("org/disabled")["template"]["sha256"] == sha(CHATML)
+
+
+def test_deleted_repo_becomes_missing_and_keeps_its_history(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/deleted", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/deleted")
+    fake_hub.store.remove("org/deleted")
+    assert sync("org/deleted").status == ModelStatus.MISSING
+    assert len(api("org/deleted")["history"]) == 1
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def test_429_waits_what_the_hub_says_then_succeeds(
+    fake_hub: FakeHub, sleeps: Sleeps, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/limited", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.inject("429", times=1, match="/api/models/org/limited", retry_after=7)
+    fake_hub.inject("429", times=1, match="/resolve/", retry_after=3)
+    assert sync("org/limited").status == ModelStatus.OK
+    assert sleeps == [8.0, 4.0]  # Retry-After + 1 s, like huggingface_hub itself
+
+
+def test_500s_are_retried_with_backoff(
+    fake_hub: FakeHub, sleeps: Sleeps, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/shaky", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.inject("500", times=2, match="paths-info")
+    assert sync("org/shaky").status == ModelStatus.OK
+    assert len(sleeps) == 2 and sleeps[1] > sleeps[0] * 0.9 / 1.5 and all(s > 0 for s in sleeps)
+    statuses = [r.status for r in fake_hub.requests("org/shaky") if "paths-info" in r.path]
+    assert statuses[:3] == [500, 500, 200]
+
+
+def test_hub_down_leaves_everything_as_it_was(
+    fake_hub: FakeHub, sleeps: Sleeps, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/down", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.inject("500", times=100, match="/resolve/")
+    with pytest.raises(HubUnavailable, match="after 5 attempts"):
+        sync("org/down")
+    model = HubModel.objects.get(repo_id="org/down")
+    assert model.status == ModelStatus.PENDING
+    assert "500" in model.sync_error
+    assert not TemplateVersion.objects.exists() and not TemplateChange.objects.exists()
+    assert len(sleeps) == 4
+
+
+def test_truncated_and_slow_answers_are_retried(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/cut", {"chat_template.jinja": TOOLS, "tokenizer_config.json": tc()})
+    fake_hub.inject("truncated", times=1, match="chat_template.jinja")
+    fake_hub.inject("truncated", times=1, match="/api/models/org/cut")
+    fake_hub.inject("slow", times=1, match="/commits/", delay=3)  # the client waits 2 s
+    assert sync("org/cut").status == ModelStatus.OK
+    assert api("org/cut")["template"]["sha256"] == sha(TOOLS)
+
+
+def test_interrupted_sync_writes_no_partial_rows(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    named = [{"name": "default", "template": CHATML}, {"name": "tool_use", "template": TOOLS}]
+    upload(fake_hub, "org/interrupted", {"tokenizer_config.json": tc(named)})
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("worker killed")
+
+    monkeypatch.setattr(NamedTemplate.objects, "bulk_create", crash)
+    with pytest.raises(RuntimeError):
+        sync("org/interrupted")
+    assert not TemplateVersion.objects.exists()
+    assert not TemplateSnapshot.objects.exists() and not TemplateChange.objects.exists()
+    assert HubModel.objects.get(repo_id="org/interrupted").template_files == {}
+    monkeypatch.undo()
+    assert sync("org/interrupted").changes == 1
+
+
+def test_every_file_of_one_sync_comes_from_one_pinned_commit(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    files = upload_files("org/pinned", CHATML.encode(), "<s>", "</s>", as_jinja=True)
+    head = upload(fake_hub, "org/pinned", files)
+    sync("org/pinned")
+    downloads = [r.path for r in fake_hub.requests("org/pinned") if "/resolve/" in r.path]
+    assert downloads and all(f"/resolve/{head}/" in p for p in downloads)
+    assert not any(p.endswith("tokenizer.json") for p in downloads)  # only a pointer
+
+
+def test_a_template_that_is_removed_is_a_change_to_nothing(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/removed", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/removed")
+    fake_hub.store.add_commit("org/removed", {"tokenizer_config.json": tc()}, "Drop template")
+    assert sync("org/removed").status == ModelStatus.NO_TEMPLATE
+    latest = api("org/removed")["history"][0]
+    assert (latest["template_sha256"], latest["previous_sha256"]) == (None, sha(CHATML))
+
+
+def test_named_template_changes_alone_are_changes_too(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    def named(tool_text: str) -> bytes:
+        return tc(
+            [{"name": "default", "template": CHATML}, {"name": "tool_use", "template": tool_text}]
+        )
+
+    upload(fake_hub, "org/tools", {"tokenizer_config.json": named(TOOLS)})
+    sync("org/tools")
+    fake_hub.store.add_commit("org/tools", {"tokenizer_config.json": named(TOOLS + " ")}, "tools")
+    assert sync("org/tools").changes == 1
+    assert api("org/tools")["template"]["named_templates"]["tool_use"] == sha(TOOLS + " ")
+
+
+def test_corpus_tokenizer_config_helper_round_trips() -> None:
+    # The fake Hub's files are what the tests say they are.
+    raw = tokenizer_config(CHATML.encode(), "<s>", "</s>")
+    assert json.loads(raw)["chat_template"] == CHATML

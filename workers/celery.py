@@ -15,7 +15,7 @@ QUEUES = ("default", "hub", "checks", "mlx", "notify")
 #: What a main (non-Mac) worker consumes.
 MAIN_QUEUES = ("default", "hub", "checks", "notify")
 
-app = Celery("cachesafe", include=["workers.tasks", "workers.checking"])
+app = Celery("cachesafe", include=["workers.tasks", "workers.checking", "workers.hub"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,14 @@ from .server import FakeHub
 
 
 class Sleeps(list[float]):
-    """An injected `sleep` that records how long the code wanted to wait, and returns at once."""
+    """An injected `sleep` that records how long the code wanted to wait, and returns at once;
+    `clock` is the wall clock moved on by those waits (for rate-limit buckets)."""
 
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
+
+    def clock(self) -> float:
+        return time.time() + sum(self)
 
 
 @pytest.fixture

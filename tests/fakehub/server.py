@@ -94,6 +94,16 @@ def _entry(commit: FakeCommit, path: str) -> dict[str, Any] | None:
     return None
 
 
+def _repo_of(path: str) -> str | None:
+    """The repo a request is about (for the log), before routing decides anything."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 4 and parts[:2] == ["api", "models"]:
+        return f"{parts[2]}/{parts[3]}"
+    if len(parts) >= 5 and parts[2] == "resolve":
+        return f"{parts[0]}/{parts[1]}"
+    return None
+
+
 class HubError(Exception):
     def __init__(self, status: int, code: str | None, message: str) -> None:
         super().__init__(message)
@@ -135,7 +145,7 @@ class FakeHubHandler(BaseHTTPRequestHandler):
         if method == "POST":
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-        self._repo_id: str | None = None
+        self._repo_id: str | None = _repo_of(path)
         self._status = 0
         fault = self.state.take_fault(path)
         try:
@@ -231,7 +241,6 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             return
         if len(parts) >= 4 and parts[:2] == ["api", "models"]:
             repo_id = f"{parts[2]}/{parts[3]}"
-            self._repo_id = repo_id
             rest = parts[4:]
             if not rest and method == "GET":
                 self._model_info(repo_id, "main", query, truncated=truncated)
@@ -250,7 +259,6 @@ class FakeHubHandler(BaseHTTPRequestHandler):
                 return
         if len(parts) >= 5 and parts[2] == "resolve" and method in ("GET", "HEAD"):
             repo_id = f"{parts[0]}/{parts[1]}"
-            self._repo_id = repo_id
             self._resolve(repo_id, parts[3], "/".join(parts[4:]), method, truncated=truncated)
             return
         raise HubError(404, None, "Sorry, we can't find the page you are looking for.")

@@ -1,0 +1,43 @@
+"""Start tracking repos, from the site, the API, a webhook or a watch; queue their first sync."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from django.db import transaction
+from django.http import HttpRequest
+
+from . import ratelimit
+from .models import HubModel, ModelStatus
+
+logger = logging.getLogger(__name__)
+
+#: Repos one client address may ask us to track per hour (the form and the JSON API together).
+TRACK_REQUESTS_PER_HOUR = 30
+
+
+def enqueue_sync(model_pk: int) -> None:
+    """Queue a sync of this model on the `hub` queue once the current transaction commits."""
+    from workers.hub import sync_repo  # the worker package imports this one: import late
+
+    transaction.on_commit(partial(sync_repo.delay, model_pk))
+
+
+def track(repo_id: str, via: str) -> tuple[HubModel, bool]:
+    """Track `repo_id` (already validated); queue a sync when it is new or never synced."""
+    model, created = HubModel.objects.track(repo_id, via=via)
+    if created or model.status == ModelStatus.PENDING:
+        enqueue_sync(model.pk)
+    return model, created
+
+
+def client_address(request: HttpRequest) -> str:
+    # REMOTE_ADDR only: X-Forwarded-For is whatever the client wants it to be unless a proxy
+    # we trust rewrote it, and the proxy setup is not ours to assume.
+    return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
+def may_track(request: HttpRequest) -> bool:
+    """False when this client address asked to track too many repos this hour."""
+    return ratelimit.allow(f"track:{client_address(request)}", TRACK_REQUESTS_PER_HOUR, 3600)

@@ -1,0 +1,260 @@
+"""The registry's endpoints: model detail, track (JSON API and form), the Hub webhook."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from registry import tracking
+from registry.hub import HubClient
+from registry.models import HubModel, ModelStatus, Watch, WatchKind
+from registry.sync import RegistrySync
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import tokenizer_config
+from tests.fakehub.fixtures import fake_hub, hub_settings
+from workers.celery import app
+from workers.hub import sync_repo
+
+pytestmark = pytest.mark.django_db
+__all__ = ["fake_hub", "hub_settings"]
+
+TEMPLATE = b"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+DETAIL_KEYS = {
+    "repo_id",
+    "author",
+    "status",
+    "status_reason",
+    "sync_error",
+    "verdict",
+    "verdict_summary",
+    "downloads",
+    "likes",
+    "tags",
+    "pipeline_tag",
+    "library_name",
+    "model_type",
+    "architectures",
+    "is_hybrid",
+    "has_sliding_window",
+    "quantization",
+    "base_model",
+    "last_commit_sha",
+    "last_commit_at",
+    "template",
+    "history",
+    "history_complete",
+}
+
+
+@pytest.fixture
+def eager() -> Iterator[None]:
+    """Queued tasks run in-process, so a test sees the sync a request queued."""
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def hub_repo(fake_hub: FakeHub, hub_settings: Any) -> str:
+    fake_hub.store.create_repo("acme/chat-7b", downloads=42, likes=3)
+    fake_hub.store.add_commit(
+        "acme/chat-7b",
+        {"tokenizer_config.json": tokenizer_config(TEMPLATE, "<s>", "</s>")},
+        "Upload model",
+    )
+    return "acme/chat-7b"
+
+
+def synced(repo_id: str) -> HubModel:
+    model, _ = HubModel.objects.track(repo_id, via="track")
+    RegistrySync(HubClient(timeout=5)).sync(model)
+    return HubModel.objects.get(pk=model.pk)
+
+
+def test_model_detail_shows_status_template_and_history(client: Client, hub_repo: str) -> None:
+    model = synced(hub_repo)
+    response = client.get(f"/api/models/{hub_repo}")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) >= DETAIL_KEYS  # other apps may add fields (api.model_detail_extensions)
+    assert body["status"] == "ok"
+    assert (body["downloads"], body["likes"]) == (42, 3)
+    assert body["template"]["source_file"] == "tokenizer_config.json"
+    assert body["template"]["commit"] == model.last_commit_sha
+    assert [h["commit"] for h in body["history"]] == [model.last_commit_sha]
+    assert body["history"][0]["template_sha256"] == body["template"]["sha256"]
+    assert body["history"][0]["previous_sha256"] is None
+
+
+def test_model_detail_of_an_untracked_repo_is_a_json_404(client: Client) -> None:
+    response = client.get("/api/models/nobody/nothing")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "nobody/nothing is not tracked",
+        "repo_id": "nobody/nothing",
+    }
+
+
+def test_track_api_tracks_once_and_queues_one_sync(
+    client: Client, hub_repo: str, eager: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(
+            "/api/models", json.dumps({"repo_id": hub_repo}), content_type="application/json"
+        )
+    assert response.status_code == 201
+    assert response["Location"] == f"/api/models/{hub_repo}"
+    assert [c.func for c in callbacks if getattr(c, "func", None) == sync_repo.delay] == [
+        sync_repo.delay
+    ]
+    # The queued sync ran (eagerly): the model is filled in.
+    assert client.get(f"/api/models/{hub_repo}").json()["status"] == ModelStatus.OK
+    with django_capture_on_commit_callbacks() as callbacks:
+        again = client.post(
+            "/api/models", json.dumps({"repo_id": hub_repo}), content_type="application/json"
+        )
+    assert again.status_code == 200 and callbacks == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("not json", "expected a JSON body"),
+        (json.dumps({"repo": "a/b"}), "expected a JSON body"),
+        (json.dumps({"repo_id": "../../etc/passwd"}), "is not a Hub model id"),
+        (json.dumps({"repo_id": "no-slash"}), "is not a Hub model id"),
+    ],
+)
+def test_track_api_refuses_bad_input(client: Client, body: str, message: str) -> None:
+    response = client.post("/api/models", body, content_type="application/json")
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+    assert not HubModel.objects.exists()
+
+
+def test_track_api_is_rate_limited_per_client_address(
+    client: Client, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    monkeypatch.setattr(tracking, "TRACK_REQUESTS_PER_HOUR", 2)
+    statuses = []
+    with django_capture_on_commit_callbacks():
+        for number in range(3):
+            response = client.post(
+                "/api/models",
+                json.dumps({"repo_id": f"acme/model-{number}"}),
+                content_type="application/json",
+                REMOTE_ADDR="203.0.113.9",
+            )
+            statuses.append(response.status_code)
+        other = client.post(
+            "/api/models",
+            json.dumps({"repo_id": "acme/other"}),
+            content_type="application/json",
+            REMOTE_ADDR="203.0.113.10",
+        )
+    assert statuses == [201, 201, 429]
+    assert other.status_code == 201
+    assert not HubModel.objects.filter(repo_id="acme/model-2").exists()
+
+
+def test_track_api_needs_no_csrf_token(hub_repo: str) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    response = strict.post(
+        "/api/models", json.dumps({"repo_id": hub_repo}), content_type="application/json"
+    )
+    assert response.status_code == 201
+
+
+def post_hook(client: Client, payload: dict[str, Any], secret: str | None) -> Any:
+    headers = {"X-Webhook-Secret": secret} if secret is not None else {}
+    return client.post(
+        "/hooks/hub", json.dumps(payload), content_type="application/json", headers=headers
+    )
+
+
+HOOK = {"event": {"action": "update", "scope": "repo.content"}, "repo": {"type": "model"}}
+
+
+def test_webhook_with_the_secret_syncs_the_repo_at_once(
+    client: Client,
+    hub_repo: str,
+    fake_hub: FakeHub,
+    hub_settings: Any,
+    eager: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    synced(hub_repo)
+    new = fake_hub.store.add_commit(
+        hub_repo, {"tokenizer_config.json": tokenizer_config(TEMPLATE + b" ", None, None)}, "v2"
+    )
+    payload = {**HOOK, "repo": {"type": "model", "name": hub_repo, "headSha": new.sha}}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_hook(client, payload, "s3cret")
+    assert response.status_code == 202
+    assert response.json() == {"queued": hub_repo}
+    assert client.get(f"/api/models/{hub_repo}").json()["history"][0]["commit"] == new.sha
+
+
+@pytest.mark.parametrize("given", ["wrong", "", None])
+def test_webhook_with_a_bad_secret_is_refused(
+    client: Client, hub_repo: str, hub_settings: Any, given: str | None
+) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    HubModel.objects.track(hub_repo, via="track")
+    payload = {**HOOK, "repo": {"type": "model", "name": hub_repo}}
+    response = post_hook(client, payload, given)
+    assert response.status_code == 403
+    assert HubModel.objects.get(repo_id=hub_repo).status == ModelStatus.PENDING
+
+
+def test_webhook_is_closed_when_no_secret_is_configured(
+    client: Client, hub_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = ""
+    payload = {**HOOK, "repo": {"type": "model", "name": "acme/chat-7b"}}
+    assert post_hook(client, payload, "").status_code == 403
+
+
+def test_webhook_tracks_new_repos_of_watched_authors_only(
+    client: Client, hub_settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    Watch.objects.create(kind=WatchKind.AUTHOR, author="acme")
+    with django_capture_on_commit_callbacks() as callbacks:
+        watched = post_hook(
+            client, {**HOOK, "repo": {"type": "model", "name": "acme/new"}}, "s3cret"
+        )
+        other = post_hook(client, {**HOOK, "repo": {"type": "model", "name": "else/new"}}, "s3cret")
+        dataset = post_hook(
+            client, {**HOOK, "repo": {"type": "dataset", "name": "acme/d"}}, "s3cret"
+        )
+    assert (watched.status_code, other.status_code, dataset.status_code) == (202, 202, 202)
+    assert list(HubModel.objects.values_list("repo_id", flat=True)) == ["acme/new"]
+    assert "ignored" in other.json() and "ignored" in dataset.json()
+    assert len(callbacks) == 1
+
+
+def test_track_form_shows_and_tracks(
+    client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    page = client.get("/track/")
+    assert page.status_code == 200
+    assert b'name="repo_id"' in page.content
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post("/track/", {"repo_id": " Qwen/Qwen3-0.6B "}, follow=True)
+    assert response.status_code == 200
+    assert b"Now tracking Qwen/Qwen3-0.6B" in response.content
+    assert HubModel.objects.get(repo_id="Qwen/Qwen3-0.6B").tracked_via == "form"
+    assert len(callbacks) == 1
+
+
+def test_track_form_refuses_an_invalid_id(client: Client) -> None:
+    response = client.post("/track/", {"repo_id": "not a repo"})
+    assert response.status_code == 400
+    assert b"is not a Hub model id" in response.content
+    assert not HubModel.objects.exists()

@@ -1,0 +1,128 @@
+"""The Hub token bucket (one per credential, shared by workers) and the per-address limit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from registry import ratelimit
+from registry.hub import HubClient
+from registry.models import HubModel
+from registry.sync import RegistrySync
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import tokenizer_config
+from tests.fakehub.fixtures import Sleeps, fake_hub, hub_settings
+
+pytestmark = pytest.mark.django_db
+__all__ = ["fake_hub", "hub_settings"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def buckets(clock: FakeClock) -> list[ratelimit.Bucket]:
+    name = uuid.uuid4().hex  # Redis is shared with other test runs: a bucket of our own
+    found: list[ratelimit.Bucket] = [ratelimit.CacheBucket(name, 1.0, 3.0, clock)]
+    if settings.REDIS_URL:
+        found.append(ratelimit.RedisBucket(name, 1.0, 3.0, settings.REDIS_URL, clock))
+    return found
+
+
+def test_bucket_allows_a_burst_then_one_per_interval() -> None:
+    clock = FakeClock()
+    for bucket in buckets(clock):
+        assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+        assert bucket.take() == pytest.approx(1.0)
+        clock.now += 1.0
+        assert bucket.take() == 0.0
+        clock.now += 0.5
+        assert bucket.take() == pytest.approx(0.5)
+
+
+def test_a_429_blocks_every_user_of_the_credential() -> None:
+    clock = FakeClock()
+    for bucket in buckets(clock):
+        bucket.block(30)
+        assert bucket.take() == pytest.approx(30.0)
+        clock.now += 31
+        assert bucket.take() == 0.0
+
+
+def test_workers_with_one_credential_share_one_bucket(fake_hub: FakeHub, hub_settings: Any) -> None:
+    """Two clients (two workers) with the same token wait for each other; another token not."""
+    hub_settings.HF_REQUESTS_PER_5MIN = 300  # one a second, bursts of 30
+    fake_hub.store.create_repo("acme/m")
+    fake_hub.store.add_commit(
+        "acme/m", {"tokenizer_config.json": tokenizer_config(b"x", None, None)}
+    )
+    first, second, other = Sleeps(), Sleeps(), Sleeps()
+    clients = [
+        HubClient(token="hf_a", sleep=first, clock=lambda: 5e6),
+        HubClient(token="hf_a", sleep=second, clock=lambda: 5e6),
+        HubClient(token="hf_b", sleep=other, clock=lambda: 5e6),
+    ]
+    for _ in range(15):
+        clients[0].model_info("acme/m")
+        clients[1].model_info("acme/m")
+    with pytest.raises(Exception, match="rate limit"):
+        # The clock is frozen, so waiting never refills the shared bucket: it gives up.
+        clients[1].model_info("acme/m")
+    clients[2].model_info("acme/m")
+    assert other == []
+
+
+def test_429_on_one_worker_pauses_the_other(fake_hub: FakeHub, hub_settings: Any) -> None:
+    fake_hub.store.create_repo("acme/m")
+    fake_hub.store.add_commit(
+        "acme/m", {"tokenizer_config.json": tokenizer_config(b"x", None, None)}
+    )
+    fake_hub.inject("429", times=1, retry_after=20)
+    clock = FakeClock()
+    first: list[float] = []
+    second: list[float] = []
+
+    def second_sleeps(seconds: float) -> None:
+        second.append(seconds)
+        clock.now += seconds
+
+    worker_b = HubClient(sleep=second_sleeps, clock=clock)
+
+    def first_sleeps(seconds: float) -> None:
+        # While worker A waits out its 429, worker B asks the Hub too: it must wait as well.
+        first.append(seconds)
+        worker_b.model_info("acme/m")
+
+    worker_a = HubClient(sleep=first_sleeps, clock=clock)
+    worker_a.model_info("acme/m")
+    assert first == [21.0]
+    assert second == [pytest.approx(21.0)]
+    statuses = [r.status for r in fake_hub.requests("acme/m")]
+    assert statuses == [429, 200, 200]
+
+
+def test_sync_counts_every_request_through_the_bucket(fake_hub: FakeHub, hub_settings: Any) -> None:
+    fake_hub.store.create_repo("acme/m")
+    fake_hub.store.add_commit(
+        "acme/m", {"tokenizer_config.json": tokenizer_config(b"x", None, None)}
+    )
+    client = HubClient(sleep=Sleeps())
+    RegistrySync(client).sync(HubModel.objects.track("acme/m", via="track")[0])
+    assert client.requests == len(fake_hub.requests("acme/m"))
+
+
+def test_per_address_limit_counts_within_a_window() -> None:
+    key = f"test:{uuid.uuid4().hex}"
+    assert [ratelimit.allow(key, 2, 60) for _ in range(3)] == [True, True, False]
+
+
+def test_credentials_are_never_stored_in_keys() -> None:
+    assert ratelimit.credential_key(None) == "anonymous"
+    assert "hf_secret" not in ratelimit.credential_key("hf_secret")
