@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from checks.engine import ENGINE_VERSION, CheckOptions, error_report
 from checks.reports import TemplateReport
@@ -88,6 +89,22 @@ def _source_error_report(item: CheckInput) -> TemplateReport:
     return error_report(placeholder, item.file, reason, time.perf_counter(), None)
 
 
+def sandbox_job(
+    source: TemplateSource, file: str, options: CheckOptions, tokenizer_json: str | None
+) -> dict[str, Any]:
+    """The JSON job a sandbox worker runs for one template check."""
+    return {
+        "templates": source.templates,
+        "special_tokens": source.special_tokens,
+        "origin": source.origin,
+        "sha256": source.sha256,
+        "file": file,
+        "options": options.to_dict(),
+        "tokenizer_json": tokenizer_json,
+        "tokenizer_sha256": None if tokenizer_json is None else sha256_text(tokenizer_json),
+    }
+
+
 def _run(
     item: CheckInput,
     options: CheckOptions,
@@ -106,16 +123,7 @@ def _run(
         cached = cache.get(key)
         if cached is not None:
             return TemplateReport.from_dict({**cached, "file": item.file})
-    job = {
-        "templates": source.templates,
-        "special_tokens": source.special_tokens,
-        "origin": source.origin,
-        "sha256": source.sha256,
-        "file": item.file,
-        "options": options.to_dict(),
-        "tokenizer_json": item.tokenizer_json,
-        "tokenizer_sha256": tokenizer_sha,
-    }
+    job = sandbox_job(source, item.file, options, item.tokenizer_json)
     started = time.perf_counter()
     try:
         answer = pool.run(job, wall_seconds)

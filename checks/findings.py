@@ -77,6 +77,11 @@ def _is_messages_loop(node: nodes.For) -> bool:
 
 
 def _assigned_names(node: nodes.Node) -> Iterator[tuple[str, nodes.Node]]:
+    """Names set by `{% set %}`, `{% set ns.x %}` or as `namespace(x=...)` keywords."""
+    for call in node.find_all(nodes.Call):
+        if isinstance(call.node, nodes.Name) and call.node.name == "namespace":
+            for keyword in call.kwargs:
+                yield keyword.key, keyword
     for assign in node.find_all(nodes.Assign):
         target = assign.target
         if isinstance(target, nodes.Name):

@@ -1,0 +1,158 @@
+"""`python -m checks` as a user runs it: files, configs, directories, JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks.conversations import SYSTEM_PROMPT
+
+REPO = Path(__file__).resolve().parents[2]
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Line 2 writes a marker on the last message: it moves on every turn.
+MARKER = """{% for m in messages %}
+{% if loop.last %}[LAST]{% endif %}{{ m.role }}: {{ m.content }}
+{% endfor %}
+{% if add_generation_prompt %}assistant:{% endif %}"""
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "checks", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def results(process: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert process.returncode == 0, process.stderr
+    payload = json.loads(process.stdout)
+    return list(payload["results"])
+
+
+def test_table_for_a_jinja_file(tmp_path: Path) -> None:
+    path = tmp_path / "marker.jinja"
+    path.write_text(MARKER)
+    process = run(str(path))
+    assert process.returncode == 0
+    assert "marker.jinja" in process.stdout
+    assert "unsafe" in process.stdout
+    assert "history at byte 0 (user 1, template line 2" in process.stdout
+
+
+def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path) -> None:
+    config = {
+        "bos_token": {"content": "<s>", "special": True},
+        "eos_token": "</s>",
+        "chat_template": [
+            {"name": "default", "template": "{{ bos_token }}" + CHATML},
+            {"name": "tool_use", "template": MARKER},
+        ],
+    }
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps(config))
+    (report,) = results(run(str(path), "--json"))
+    assert report["file"] == str(path)
+    assert len(report["sha256"]) == 64
+    assert report["origin"] == "tokenizer_config.json"
+    assert report["template_names"] == ["default", "tool_use"]
+    assert report["verdict"] == "unsafe"
+    assert report["summary"].startswith("Cache-safe with no kwargs")
+    assert {(v["template_name"], v["verdict"]) for v in report["variants"]} == {
+        ("default", "safe"),
+        ("tool_use", "unsafe"),
+    }
+    assert all(isinstance(v["kwargs"], dict) for v in report["variants"])
+    failure = report["failures"][0]
+    assert {
+        "session",
+        "request_index",
+        "cause",
+        "byte_offset",
+        "token_index",
+        "segment",
+        "template_lines",
+    } <= set(failure)
+    # The first session has a system prompt: the marker first moves right after its line.
+    system_line = f"system: {SYSTEM_PROMPT}\n"
+    assert (failure["session"], failure["cause"], failure["segment"]) == (
+        "chat",
+        "history",
+        "user 1",
+    )
+    assert (failure["byte_offset"], failure["template_lines"][0]) == (len(system_line), 2)
+
+
+def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
+    (tmp_path / "a.jinja").write_text(CHATML)
+    (tmp_path / "b.jinja").write_text(MARKER)
+    (tmp_path / "loop.jinja").write_text(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
+    (tmp_path / "broken_config.json").write_text('{"chat_template": 42}')
+    (tmp_path / "notes.txt").write_text("ignored")
+    reports = {
+        Path(r["file"]).name: r for r in results(run(str(tmp_path), "--json", "--timeout", "2"))
+    }
+    assert sorted(reports) == ["a.jinja", "b.jinja", "broken_config.json", "loop.jinja"]
+    assert reports["a.jinja"]["verdict"] == "safe"
+    assert reports["b.jinja"]["verdict"] == "unsafe"
+    assert reports["loop.jinja"]["verdict"] == "error"
+    assert reports["loop.jinja"]["summary"] == "Could not check this template: render exceeded 2 s."
+    assert reports["broken_config.json"]["verdict"] == "error"
+    assert "got int" in reports["broken_config.json"]["summary"]
+
+
+def test_repository_directory_uses_transformers_precedence(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}" + CHATML)
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "chat_template": MARKER})
+    )
+    (report,) = results(run(str(tmp_path), "--json"))
+    assert report["origin"] == "chat_template.jinja"
+    assert report["verdict"] == "safe"  # the .jinja file won over the config's template
+
+
+def test_tokenizer_gives_token_indexes(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    words = "[LAST] user system assistant : What's the weather in Paris today ?"
+    tokenizer.train_from_iterator([words], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tok_path = tmp_path / "tokenizer.json"
+    tok_path.write_text(tokenizer.to_str())
+    path = tmp_path / "marker.jinja"
+    path.write_text(MARKER)
+    (report,) = results(run(str(path), "--json", "--tokenizer", str(tok_path)))
+    assert report["tokenizer_sha256"]
+    # chat_no_system's first pair: "[LAST]user: …" against "user: …" differ at token 0.
+    (failure,) = [
+        f for f in report["failures"] if (f["session"], f["request_index"]) == ("chat_no_system", 1)
+    ]
+    assert (failure["byte_offset"], failure["token_index"]) == (0, 0)
+    chat = next(f for f in report["failures"] if f["session"] == "chat")
+    assert chat["token_index"] > 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["/definitely/not/here.jinja"], ["--tokenizer", "/missing.json", "x.jinja"], ["--bogus"]],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    process = run(*args)
+    assert process.returncode == 2
+    assert "usage:" in process.stderr
