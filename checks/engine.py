@@ -54,6 +54,7 @@ from checks.variants import (
     remember_resolved,
     thinking_kwargs,
 )
+from checks.verdicts import PRIMARY_KWARGS
 
 ENGINE_VERSION = "1.0.0"
 
@@ -131,6 +132,13 @@ class Renderer:
     _spans: dict[tuple[Any, ...], tuple[int, list[Span]]] = field(default_factory=dict)
     renders: int = 0
 
+    def resolve(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str:
+        """The named template transformers would use: `tool_use` when tools are passed."""
+        name = variant.template_name
+        if name == "default" and tools is not None and "tool_use" in self.source.templates:
+            return "tool_use"
+        return name
+
     def template(self, name: str) -> jinja2.Template:
         text = self.source.templates[name]
         return self.templates.get(f"{self.source.sha256}:{name}", text)
@@ -174,7 +182,7 @@ class Renderer:
             if self.observer is not None:
                 self.observer(
                     RenderCall(
-                        variant.template_name,
+                        self.resolve(variant, tools),
                         messages,
                         None if tools is None else tuple(tools),
                         add_generation_prompt,
@@ -184,7 +192,7 @@ class Renderer:
             self.renders += 1
             try:
                 cached = render(
-                    self.template(variant.template_name),
+                    self.template(self.resolve(variant, tools)),
                     self.context(variant, messages, tools, add_generation_prompt),
                     self.options.max_output_chars,
                 )
@@ -211,14 +219,15 @@ class Renderer:
         """Attribution of the render up to character `until` (rendering stops there)."""
         # Keyed by the text: variants that render the same bytes share one attribution.
         text = self.render(variant, messages, tools, True)
-        key = (variant.template_name, text, tools is not None)
+        name = self.resolve(variant, tools)
+        key = (name, text, tools is not None)
         cached = self._spans.get(key)
         if cached is not None and cached[0] >= until:
             return cached[1]
         context = self.context(variant, messages, tools, True)
         try:
             _, spans = render_with_spans(
-                self.template(variant.template_name), context, self.options.max_output_chars, until
+                self.template(name), context, self.options.max_output_chars, until
             )
         except Exception:  # noqa: BLE001 - rendered fine a moment ago; attribution is best effort
             spans = []
@@ -355,7 +364,9 @@ def run_session(
                     next_prompt=prompts[k + 1],
                     reply=reply,
                     model_reasons=reasons_here,
-                    check_tool_calls=renderer.profiles[variant.template_name].reads_tool_calls,
+                    check_tool_calls=renderer.profiles[
+                        renderer.resolve(variant, tools)
+                    ].reads_tool_calls,
                     history=history,
                     spans=spans,
                     tokens=renderer.tokens,
@@ -427,10 +438,16 @@ def run_check(
             reads_reasoning(ast), switches, reads_field(ast, {"tool_calls"})
         )
     try:
-        variants = tuple(run_variant(renderer, v) for v in plan_variants(asts))
-        first = source.names[0]
+        planned = plan_variants(asts)
+        variants = tuple(run_variant(renderer, v) for v in planned)
+        # The literal check runs with the settings its readers use: defaults and enable_thinking.
         seed = []
-        for variant in plan_variants({first: asts[first]}):
+        seed_variants = [
+            v
+            for v in planned
+            if v.template_name == planned[0].template_name and set(v.kwargs) <= PRIMARY_KWARGS
+        ]
+        for variant in seed_variants:
 
             def seed_render(
                 messages: list[dict[str, Any]],

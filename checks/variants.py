@@ -204,11 +204,17 @@ def thinking_kwargs(ast: nodes.Template) -> list[str]:
 
 
 def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
-    """Every named template × enable_thinking, plus each other thinking kwarg one at a time.
+    """enable_thinking (unset, false, true), plus each other thinking kwarg one at a time.
 
     A boolean kwarg (preserve_thinking, …) is also tried with thinking on, where it matters; a
     valued one (reasoning_effort, …) only with enable_thinking unset, to keep the count small.
+    Named templates follow transformers: `default` stands for its automatic choice (`tool_use`
+    when tools are passed), any other name is checked on its own.
     """
+    groups: dict[str, list[nodes.Template]] = {}
+    for name, ast in asts.items():
+        auto = "default" in asts and name in ("default", "tool_use")
+        groups.setdefault("default" if auto else name, []).append(ast)
     variants: list[Variant] = []
 
     def add(template_name: str, kwargs: dict[str, Any]) -> None:
@@ -216,14 +222,21 @@ def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
         if variant not in variants:
             variants.append(variant)
 
-    for template_name, ast in asts.items():
-        thinking = thinking_kwargs(ast)
-        main = thinking[0] if thinking and thinking[0] == "enable_thinking" else None
-        for base in kwarg_values(ast, main) if main else [UNSET]:
+    for template_name, group in groups.items():
+        values: dict[str, list[Any]] = {}
+        for ast in group:
+            for name in thinking_kwargs(ast):
+                known = values.setdefault(name, [])
+                known += [v for v in kwarg_values(ast, name) if v not in known]
+        main = "enable_thinking" if "enable_thinking" in values else None
+        for base in values.get("enable_thinking", [UNSET]):
             add(template_name, {} if main is None or base is UNSET else {main: base})
-        for other in (name for name in thinking if name != main):
-            values = [value for value in kwarg_values(ast, other) if value is not UNSET]
-            for value in values:
+        for other, other_values in values.items():
+            if other == main:
+                continue
+            for value in other_values:
+                if value is UNSET:
+                    continue
                 add(template_name, {other: value})
                 if main and isinstance(value, bool):
                     add(template_name, {main: True, other: value})

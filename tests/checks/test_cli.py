@@ -60,6 +60,7 @@ def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path)
         "chat_template": [
             {"name": "default", "template": "{{ bos_token }}" + CHATML},
             {"name": "tool_use", "template": MARKER},
+            {"name": "rag", "template": CHATML},
         ],
     }
     path = tmp_path / "tokenizer_config.json"
@@ -68,14 +69,18 @@ def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path)
     assert report["file"] == str(path)
     assert len(report["sha256"]) == 64
     assert report["origin"] == "tokenizer_config.json"
-    assert report["template_names"] == ["default", "tool_use"]
-    assert report["verdict"] == "unsafe"
-    assert report["summary"].startswith("Cache-safe with no kwargs")
+    assert report["template_names"] == ["default", "tool_use", "rag"]
+    # As in transformers, `default` renders requests without tools and `tool_use` those with
+    # tools; any other name is checked on its own.
     assert {(v["template_name"], v["verdict"]) for v in report["variants"]} == {
-        ("default", "safe"),
-        ("tool_use", "unsafe"),
+        ("default", "unsafe"),
+        ("rag", "safe"),
     }
     assert all(isinstance(v["kwargs"], dict) for v in report["variants"])
+    assert report["verdict"] == "unsafe"
+    failing_sessions = {f["session"] for f in report["failures"]}
+    assert "chat_with_tools" in failing_sessions
+    assert not failing_sessions & {"chat", "chat_no_system", "reasoning_history"}
     failure = report["failures"][0]
     assert {
         "session",
@@ -86,10 +91,10 @@ def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path)
         "segment",
         "template_lines",
     } <= set(failure)
-    # The first session has a system prompt: the marker first moves right after its line.
+    # The marker first moves right after the system prompt's line.
     system_line = f"system: {SYSTEM_PROMPT}\n"
     assert (failure["session"], failure["cause"], failure["segment"]) == (
-        "chat",
+        "chat_with_tools",
         "history",
         "user 1",
     )
