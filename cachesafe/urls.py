@@ -11,4 +11,5 @@ urlpatterns = [
     path("", include("registry.api_urls")),
     path("", include("registry.urls")),
     path("", include("dashboard.urls")),
+    path("alerts/", include("alerts.urls")),
 ]

@@ -15,7 +15,9 @@ QUEUES = ("default", "hub", "checks", "mlx", "notify")
 #: What a main (non-Mac) worker consumes.
 MAIN_QUEUES = ("default", "hub", "checks", "notify")
 
-app = Celery("cachesafe", include=["workers.tasks", "workers.checking", "workers.hub"])
+app = Celery(
+    "cachesafe", include=["workers.tasks", "workers.checking", "workers.hub", "workers.notify"]
+)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 

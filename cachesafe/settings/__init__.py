@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "registry",
     "dashboard",
     "workers",
+    "alerts",
 ]
 
 MIDDLEWARE = [
@@ -148,8 +149,17 @@ if EMAIL_HOST:
     EMAIL_TIMEOUT = 10
 else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-    EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+    EMAIL_FILE_PATH = env.text("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = env.text("DEFAULT_FROM_EMAIL", "CacheSafe <alerts@cachesafe.localhost>")
+
+# Alerts (docs/alerts.md). Loopback webhooks are for local testing only, never in production.
+ALERTS_ALLOW_LOOPBACK = env.flag("ALERTS_ALLOW_LOOPBACK", False)
+if ALERTS_ALLOW_LOOPBACK and not DEBUG:
+    raise ConfigError("ALERTS_ALLOW_LOOPBACK is for local testing: turn it off when DEBUG is off")
+ALERTS_HTTP_TIMEOUT = env.integer("ALERTS_HTTP_TIMEOUT", 5, minimum=1, maximum=30)
+ALERTS_EVENT_MAX_AGE_HOURS = env.integer("ALERTS_EVENT_MAX_AGE_HOURS", 48, minimum=1)
+LOGIN_URL = "alerts:login"
+LOGIN_REDIRECT_URL = "alerts:settings"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

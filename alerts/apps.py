@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class AlertsConfig(AppConfig):
+    name = "alerts"
+    verbose_name = "Alerts"
+
+    def ready(self) -> None:
+        from . import signals  # noqa: F401 - connects the new-event receiver

@@ -1,0 +1,79 @@
+"""The mails alerts send: alerts and digests, address confirmations, sign-in links.
+
+Each has a text and an HTML part rendered from `templates/alerts/email/<name>.{txt,html}`;
+both autoescape nothing by hand: the HTML template escapes, the text part is plain text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.mail import EmailMultiAlternatives
+from django.template.loader import render_to_string
+from django.urls import reverse
+
+from . import tokens
+from .models import Channel
+from .notifications import Notification, absolute
+
+
+def _one_line(text: str) -> str:
+    # A header never carries a newline from anywhere (Django refuses, and rightly so).
+    return " ".join(text.split())[:200]
+
+
+def compose(
+    name: str, subject: str, to: str, context: dict[str, Any], headers: dict[str, str] | None = None
+) -> EmailMultiAlternatives:
+    context = {**context, "subject": subject, "settings_url": absolute(reverse("alerts:settings"))}
+    message = EmailMultiAlternatives(
+        subject=_one_line(subject),
+        body=render_to_string(f"alerts/email/{name}.txt", context),
+        to=[to],
+        headers={"Auto-Submitted": "auto-generated", **(headers or {})},
+    )
+    message.attach_alternative(render_to_string(f"alerts/email/{name}.html", context), "text/html")
+    return message
+
+
+def unsubscribe_url(channel: Channel) -> str:
+    return absolute(reverse("alerts:unsubscribe", args=[tokens.unsubscribe_token(channel)]))
+
+
+def alert_email(channel: Channel, notification: Notification) -> EmailMultiAlternatives:
+    """An alert or digest, with one-click unsubscribe headers (RFC 2369, RFC 8058)."""
+    unsubscribe = unsubscribe_url(channel)
+    return compose(
+        "alert",
+        notification.subject,
+        channel.address,
+        {
+            "notification": notification,
+            "events": notification.events,
+            "unsubscribe_url": unsubscribe,
+            "feed_url": absolute(reverse("dashboard:feed")),
+        },
+        headers={
+            "List-Unsubscribe": f"<{unsubscribe}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+            "X-CacheSafe-Delivery": notification.key,
+        },
+    )
+
+
+def confirmation_email(channel: Channel) -> EmailMultiAlternatives:
+    link = absolute(reverse("alerts:confirm", args=[tokens.confirm_token(channel)]))
+    return compose(
+        "confirm",
+        "Confirm your address for CacheSafe alerts",
+        channel.address,
+        {"link": link, "days": tokens.CONFIRM_MAX_AGE.days},
+    )
+
+
+def signin_email(address: str) -> EmailMultiAlternatives:
+    link = absolute(reverse("alerts:signin_link", args=[tokens.signin_token(address)]))
+    minutes = int(tokens.SIGNIN_MAX_AGE.total_seconds() // 60)
+    return compose(
+        "signin", "Your CacheSafe sign-in link", address, {"link": link, "minutes": minutes}
+    )

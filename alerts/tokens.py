@@ -1,0 +1,95 @@
+"""Signed, expiring links: confirm an address, unsubscribe, sign in (STYLE §13).
+
+Each purpose has its own salt, so a token made for one can never be used for another. A token
+names the address it was made for: when the address changes, the old links stop working.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core import signing
+
+from .models import Channel, ChannelKind
+
+CONFIRM_MAX_AGE = timedelta(days=3)
+#: Long enough for an old mail's one-click unsubscribe to keep working.
+UNSUBSCRIBE_MAX_AGE = timedelta(days=90)
+SIGNIN_MAX_AGE = timedelta(minutes=15)
+
+
+def _signer(purpose: str) -> signing.TimestampSigner:
+    return signing.TimestampSigner(salt=f"cachesafe.alerts.{purpose}")
+
+
+def _read(purpose: str, token: str, max_age: timedelta) -> Any:
+    try:
+        return _signer(purpose).unsign_object(token, max_age=max_age)
+    except (signing.BadSignature, ValueError):  # SignatureExpired is a BadSignature
+        return None
+
+
+def _channel_token(purpose: str, channel: Channel) -> str:
+    return _signer(purpose).sign_object({"c": channel.pk, "a": channel.address.lower()})
+
+
+def _channel_from(purpose: str, token: str, max_age: timedelta) -> Channel | None:
+    value = _read(purpose, token, max_age)
+    if not isinstance(value, dict) or not isinstance(value.get("c"), int):
+        return None
+    channel = Channel.objects.filter(pk=value["c"], kind=ChannelKind.EMAIL).first()
+    if channel is None or channel.address.lower() != value.get("a"):
+        return None
+    return channel
+
+
+def confirm_token(channel: Channel) -> str:
+    return _channel_token("confirm", channel)
+
+
+def channel_to_confirm(token: str) -> Channel | None:
+    return _channel_from("confirm", token, CONFIRM_MAX_AGE)
+
+
+def unsubscribe_token(channel: Channel) -> str:
+    return _channel_token("unsubscribe", channel)
+
+
+def channel_to_unsubscribe(token: str) -> Channel | None:
+    return _channel_from("unsubscribe", token, UNSUBSCRIBE_MAX_AGE)
+
+
+def _login_stamp(user: Any) -> str:
+    # Signing in changes last_login, which retires every earlier link: single use.
+    return user.last_login.isoformat() if user is not None and user.last_login else "-"
+
+
+def _user_for(email: str) -> Any:
+    return get_user_model().objects.filter(email__iexact=email).order_by("pk").first()
+
+
+def signin_token(email: str) -> str:
+    return _signer("signin").sign_object({"e": email.lower(), "s": _login_stamp(_user_for(email))})
+
+
+def signin_address(token: str) -> str | None:
+    """The address of a valid, unused sign-in link, else None (reads, changes nothing)."""
+    value = _read("signin", token, SIGNIN_MAX_AGE)
+    if not isinstance(value, dict) or not isinstance(value.get("e"), str):
+        return None
+    if value.get("s") != _login_stamp(_user_for(value["e"])):
+        return None
+    return str(value["e"])
+
+
+def user_to_sign_in(token: str) -> Any:
+    """The user a valid, unused sign-in link is for (created on first use), else None."""
+    email = signin_address(token)
+    if email is None:
+        return None
+    user = _user_for(email)
+    if user is None:
+        user = get_user_model().objects.create_user(username=email[:150], email=email)
+    return user

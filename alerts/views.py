@@ -1,0 +1,249 @@
+"""Alert pages: settings, channels, subscriptions, teams, confirm / unsubscribe / sign-in links.
+
+Thin (STYLE §2): fetch what the user owns or 404, one or two calls, render or redirect. Every
+change is a POST behind CSRF; the one exception is the RFC 8058 one-click unsubscribe, which
+mail providers POST without a cookie: its signed token is the proof.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from . import delivery, emails, ratelimits, tokens
+from .forms import ChannelForm, MemberForm, SigninLinkForm, SubscriptionForm, TeamForm
+from .models import Channel, Subscription, Team
+
+RECENT_DELIVERIES = 25
+
+
+def _limited(request: HttpRequest, what: str) -> HttpResponse:
+    return render(
+        request, "alerts/message.html", {"title": "Too many requests", "text": what}, status=429
+    )
+
+
+def _settings_context(request: HttpRequest, **forms: Any) -> dict[str, Any]:
+    user: Any = request.user  # signed in: every view using this is login_required
+    initial = {k: request.GET[k] for k in ("repo_id", "author") if request.GET.get(k)}
+    if initial:
+        initial["target"] = "model" if "repo_id" in initial else "author"
+    return {
+        "channels": Channel.objects.owned_by(user).select_related("team"),
+        "subscriptions": Subscription.objects.filter(user=user).select_related("channel", "model"),
+        "teams": Team.objects.filter(members=user).prefetch_related(
+            Prefetch("members", queryset=get_user_model().objects.order_by("email"))
+        ),
+        "channel_form": forms.get("channel_form") or ChannelForm(user=user),
+        "subscription_form": forms.get("subscription_form")
+        or SubscriptionForm(user=user, initial=initial),
+        "team_form": forms.get("team_form") or TeamForm(),
+        "member_form": MemberForm(),
+    }
+
+
+@login_required
+@require_GET
+def settings_page(request: HttpRequest) -> HttpResponse:
+    """The user's subscriptions and channels, with each channel's delivery history."""
+    return render(request, "alerts/settings.html", _settings_context(request))
+
+
+@login_required
+@require_POST
+def channel_create(request: HttpRequest) -> HttpResponse:
+    form = ChannelForm(request.POST, user=request.user)
+    if not form.is_valid():
+        context = _settings_context(request, channel_form=form)
+        return render(request, "alerts/settings.html", context, status=400)
+    channel: Channel = form.save(commit=False)
+    if channel.team is None:
+        channel.owner = request.user  # type: ignore[assignment]
+    if channel.is_email:
+        if not ratelimits.allowed("confirmation_mail", request, channel.address):
+            return _limited(request, "Too many confirmation mails; try again in an hour.")
+        channel.save()
+        emails.confirmation_email(channel).send()
+        messages.info(request, f"We sent a confirmation link to {channel.address}.")
+    else:
+        channel.confirmed_at = timezone.now()
+        channel.save()
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+def _owned_channel(request: HttpRequest, pk: int) -> Channel:
+    return get_object_or_404(Channel.objects.owned_by(request.user), pk=pk)
+
+
+@login_required
+@require_GET
+def channel_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    channel = _owned_channel(request, pk)
+    deliveries = channel.deliveries.select_related("event__model")[:RECENT_DELIVERIES]
+    return render(request, "alerts/channel.html", {"channel": channel, "deliveries": deliveries})
+
+
+@login_required
+@require_POST
+def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
+    channel = _owned_channel(request, pk)
+    if not channel.is_active:
+        messages.error(request, "This channel is not active: confirm or re-create it first.")
+        return redirect("alerts:channel", pk=channel.pk)
+    if not ratelimits.allowed("test_send", request):
+        return _limited(request, "Too many test sends; try again in an hour.")
+    delivery.enqueue("send_test", channel.pk)
+    messages.info(request, "Test message queued: its result shows below in a few seconds.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@login_required
+@require_POST
+def channel_resend_confirmation(request: HttpRequest, pk: int) -> HttpResponse:
+    channel = _owned_channel(request, pk)
+    if channel.is_email and channel.confirmed_at is None:
+        if not ratelimits.allowed("confirmation_mail", request, channel.address):
+            return _limited(request, "Too many confirmation mails; try again in an hour.")
+        emails.confirmation_email(channel).send()
+        messages.info(request, f"We sent a new confirmation link to {channel.address}.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@login_required
+@require_POST
+def channel_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    _owned_channel(request, pk).delete()
+    return redirect("alerts:settings")
+
+
+@login_required
+@require_POST
+def subscription_create(request: HttpRequest) -> HttpResponse:
+    if not ratelimits.allowed("subscribe", request):
+        return _limited(request, "Too many subscriptions at once; try again in an hour.")
+    form = SubscriptionForm(request.POST, user=request.user)
+    if not form.is_valid():
+        context = _settings_context(request, subscription_form=form)
+        return render(request, "alerts/settings.html", context, status=400)
+    subscription = form.save()
+    messages.info(request, f"Subscribed: {subscription.describe()}.")
+    return redirect("alerts:settings")
+
+
+@login_required
+@require_POST
+def subscription_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    get_object_or_404(Subscription, pk=pk, user=request.user).delete()
+    return redirect("alerts:settings")
+
+
+@login_required
+@require_POST
+def team_create(request: HttpRequest) -> HttpResponse:
+    form = TeamForm(request.POST)
+    if not form.is_valid():
+        context = _settings_context(request, team_form=form)
+        return render(request, "alerts/settings.html", context, status=400)
+    team = form.save()
+    team.members.add(request.user.pk)
+    return redirect("alerts:settings")
+
+
+@login_required
+@require_POST
+def team_add_member(request: HttpRequest, pk: int) -> HttpResponse:
+    team = get_object_or_404(Team, pk=pk, members=request.user)
+    form = MemberForm(request.POST)
+    user = None
+    if form.is_valid():
+        email = form.cleaned_data["email"]
+        user = get_user_model().objects.filter(email__iexact=email).first()
+    if user is None:
+        messages.error(request, "No account has that address (they sign in once first).")
+    else:
+        team.members.add(user)
+    return redirect("alerts:settings")
+
+
+@require_http_methods(["GET", "POST"])
+def confirm(request: HttpRequest, token: str) -> HttpResponse:
+    """GET asks, POST confirms: a mail scanner following the link confirms nothing."""
+    channel = tokens.channel_to_confirm(token)
+    if channel is None:
+        return _bad_link(request)
+    if request.method == "POST":
+        Channel.objects.filter(pk=channel.pk, confirmed_at__isnull=True).update(
+            confirmed_at=timezone.now()
+        )
+        return render(request, "alerts/message.html", {"title": "Address confirmed",
+                      "text": f"Alerts will be sent to {channel.address}."})  # fmt: skip
+    return render(request, "alerts/confirm.html", {"channel": channel})
+
+
+@csrf_exempt  # RFC 8058 one-click POSTs come without a cookie; the signed token authorizes.
+@require_http_methods(["GET", "POST"])
+def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    """GET shows a confirm form (scanners follow links); POST stops mail to the address."""
+    channel = tokens.channel_to_unsubscribe(token)
+    if channel is None:
+        return _bad_link(request)
+    if request.method == "POST":
+        channel.disable("unsubscribed by a link in a mail")
+        return render(request, "alerts/message.html", {"title": "Unsubscribed",
+                      "text": f"No more alerts will be sent to {channel.address}."})  # fmt: skip
+    return render(request, "alerts/unsubscribe.html", {"channel": channel})
+
+
+def _bad_link(request: HttpRequest) -> HttpResponse:
+    text = "This link has expired, was already used, or is not ours. Ask for a new one."
+    return render(request, "alerts/message.html", {"title": "Link not valid", "text": text},
+                  status=400)  # fmt: skip
+
+
+class LoginView(auth_views.LoginView):
+    """Sign in by password, with the emailed-link form beside it."""
+
+    template_name = "alerts/login.html"
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "link_form": SigninLinkForm()}
+
+
+@require_POST
+def signin_request(request: HttpRequest) -> HttpResponse:
+    """Mail a one-time sign-in link (an account is created on its first use)."""
+    form = SigninLinkForm(request.POST)
+    if not form.is_valid():
+        return render(request, "alerts/login.html", {"link_form": form}, status=400)
+    address = form.cleaned_data["email"]
+    if not ratelimits.allowed("signin_mail", request, address):
+        return _limited(request, "Too many sign-in mails; try again in an hour.")
+    emails.signin_email(address).send()
+    text = f"We sent a sign-in link to {address}. It works once, for 15 minutes."
+    return render(request, "alerts/message.html", {"title": "Check your mail", "text": text})
+
+
+@require_http_methods(["GET", "POST"])
+def signin_link(request: HttpRequest, token: str) -> HttpResponse:
+    """GET asks, POST signs in: a scanner cannot use up the single-use link."""
+    if request.method == "GET":
+        if tokens.signin_address(token) is None:
+            return _bad_link(request)
+        return render(request, "alerts/signin_link.html", {"token": token})
+    user = tokens.user_to_sign_in(token)
+    if user is None:
+        return _bad_link(request)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return HttpResponseRedirect(reverse("alerts:settings"))

@@ -1,0 +1,218 @@
+"""Alert pages: nobody reads or changes another person's alerts; CSRF and rate limits hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from alerts.models import Channel, ChannelKind, Subscription, Team
+from tests.test_alerts_support import (
+    make_channel,
+    make_event,
+    make_model,
+    make_user,
+    own_cache,
+    subscribe,
+)
+
+pytestmark = pytest.mark.django_db
+__all__ = ["own_cache"]
+
+
+@pytest.fixture
+def alice_and_bob() -> tuple[Any, Any, Channel, Subscription]:
+    alice, bob = make_user("alice"), make_user("bob")
+    channel = make_channel(alice, target="https://hooks.example.com/alice")
+    sub = subscribe(channel, model=make_model("org/m"))
+    return alice, bob, channel, sub
+
+
+def test_the_settings_page_needs_a_sign_in(client: Client) -> None:
+    response = client.get(reverse("alerts:settings"))
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith(reverse("alerts:login"))
+
+
+def test_the_owner_sees_their_channel_and_history(
+    client: Client, alice_and_bob: tuple[Any, Any, Channel, Subscription]
+) -> None:
+    alice, _, channel, _ = alice_and_bob
+    Channel.objects.filter(pk=channel.pk).update(last_error="HTTP 500: upstream down")
+    client.force_login(alice)
+    page = client.get(reverse("alerts:settings")).content.decode()
+    assert "org/m" in page and "hooks.example.com" in page
+    assert "HTTP 500: upstream down" in page
+    assert "/alice" not in page  # a webhook path is a secret: only the host is shown
+    detail = client.get(reverse("alerts:channel", args=[channel.pk]))
+    assert detail.status_code == 200
+    assert channel.secret in detail.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "what"),
+    [
+        ("get", "alerts:channel", "channel"),
+        ("post", "alerts:channel_test", "channel"),
+        ("post", "alerts:channel_delete", "channel"),
+        ("post", "alerts:channel_resend_confirmation", "channel"),
+        ("post", "alerts:subscription_delete", "sub"),
+    ],
+)
+def test_another_user_gets_404_for_someone_elses_channel_or_subscription(
+    client: Client,
+    alice_and_bob: tuple[Any, Any, Channel, Subscription],
+    own_cache: Any,
+    method: str,
+    name: str,
+    what: str,
+) -> None:
+    _, bob, channel, sub = alice_and_bob
+    client.force_login(bob)
+    pk = channel.pk if what == "channel" else sub.pk
+    response = getattr(client, method)(reverse(name, args=[pk]))
+    assert response.status_code == 404
+    assert Channel.objects.filter(pk=channel.pk).exists()
+    assert Subscription.objects.filter(pk=sub.pk).exists()
+    page = client.get(reverse("alerts:settings")).content.decode()
+    assert "hooks.example.com" not in page and "org/m" not in page
+
+
+def test_nobody_can_subscribe_through_someone_elses_channel(
+    client: Client, alice_and_bob: tuple[Any, Any, Channel, Subscription], own_cache: Any
+) -> None:
+    _, bob, channel, _ = alice_and_bob
+    client.force_login(bob)
+    response = client.post(
+        reverse("alerts:subscription_create"),
+        {"target": "author", "author": "org", "channel": channel.pk, "on_template": "on"},
+    )
+    assert response.status_code == 400
+    assert not Subscription.objects.filter(user=bob).exists()
+
+
+def test_the_owner_deletes_their_subscription(
+    client: Client, alice_and_bob: tuple[Any, Any, Channel, Subscription]
+) -> None:
+    alice, _, _, sub = alice_and_bob
+    client.force_login(alice)
+    assert client.post(reverse("alerts:subscription_delete", args=[sub.pk])).status_code == 302
+    assert not Subscription.objects.filter(pk=sub.pk).exists()
+
+
+def test_a_team_shares_its_webhook_channel(client: Client, own_cache: Any) -> None:
+    alice, bob, carol = make_user("alice"), make_user("bob"), make_user("carol")
+    client.force_login(alice)
+    client.post(reverse("alerts:team_create"), {"name": "Serving"})
+    team = Team.objects.get()
+    client.post(reverse("alerts:team_add_member", args=[team.pk]), {"email": "bob@example.com"})
+    client.post(
+        reverse("alerts:channel_create"),
+        {"kind": "slack", "url": "https://hooks.slack.com/services/T/B/X", "team": team.pk},
+    )
+    channel = Channel.objects.get()
+    assert channel.team == team and channel.owner is None and channel.is_active
+
+    make_model("org/m")
+    client.force_login(bob)
+    response = client.post(
+        reverse("alerts:subscription_create"),
+        {"target": "model", "repo_id": "org/m", "channel": channel.pk, "on_verdict": "on"},
+    )
+    assert response.status_code == 302
+    assert Subscription.objects.get(user=bob).channel == channel
+    client.force_login(carol)  # not a member
+    assert client.get(reverse("alerts:channel", args=[channel.pk])).status_code == 404
+    assert (
+        client.post(reverse("alerts:team_add_member", args=[team.pk]), {"email": "c@x.org"})
+    ).status_code == 404
+
+
+def test_subscribing_needs_a_tracked_model(client: Client, own_cache: Any) -> None:
+    alice = make_user("alice")
+    channel = make_channel(alice, target="https://hooks.example.com/a")
+    client.force_login(alice)
+    response = client.post(
+        reverse("alerts:subscription_create"),
+        {"target": "model", "repo_id": "org/unknown", "channel": channel.pk, "on_template": "on"},
+    )
+    assert response.status_code == 400
+    assert "not tracked yet" in response.content.decode()
+
+
+def test_forms_without_a_csrf_token_are_refused(
+    alice_and_bob: tuple[Any, Any, Channel, Subscription],
+) -> None:
+    alice, _, _, sub = alice_and_bob
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post(reverse("alerts:subscription_delete", args=[sub.pk])).status_code == 403
+    assert Subscription.objects.filter(pk=sub.pk).exists()
+
+
+def test_subscribing_is_rate_limited(
+    client: Client, own_cache: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from alerts import ratelimits
+
+    monkeypatch.setitem(ratelimits.LIMITS, "subscribe", (3, 3600))
+    alice = make_user("alice")
+    channel = make_channel(alice, target="https://hooks.example.com/a")
+    client.force_login(alice)
+    codes = [
+        client.post(
+            reverse("alerts:subscription_create"),
+            {"target": "author", "author": f"org{i}", "channel": channel.pk, "on_template": "on"},
+        ).status_code
+        for i in range(5)
+    ]
+    assert codes == [302, 302, 302, 429, 429]
+    assert Subscription.objects.count() == 3
+
+
+def test_test_sends_are_rate_limited_per_user_and_address(
+    client: Client, own_cache: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr("alerts.views.delivery.enqueue", lambda task, pk: sent.append(pk))
+    alice = make_user("alice")
+    channel = make_channel(alice, target="https://hooks.example.com/a")
+    client.force_login(alice)
+    url = reverse("alerts:channel_test", args=[channel.pk])
+    codes = [client.post(url).status_code for _ in range(7)]
+    assert codes == [302] * 5 + [429] * 2
+    assert sent == [channel.pk] * 5
+
+
+def test_the_settings_page_costs_the_same_queries_for_many_rows(client: Client) -> None:
+    alice = make_user("alice")
+    client.force_login(alice)
+    team = Team.objects.create(name="t")
+    team.members.add(alice)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(reverse("alerts:settings")).status_code == 200
+        return len(captured)
+
+    make_channel(alice, target="https://a.example/0")
+    subscribe(Channel.objects.get(), model=make_model("org/m0"))
+    one = queries()
+    for i in range(1, 6):
+        channel = make_channel(alice, ChannelKind.EMAIL, f"a{i}@example.com")
+        subscribe(channel, model=make_model(f"org/m{i}"))
+        make_event(make_model(f"x/m{i}"))
+    many = queries()
+    assert many == one, f"{one} queries for one row, {many} for six"
+
+
+def test_the_subscribe_form_is_prefilled_from_a_model_page_link(client: Client) -> None:
+    alice = make_user("alice")
+    make_channel(alice, target="https://a.example/0")
+    client.force_login(alice)
+    page = client.get(reverse("alerts:settings") + "?repo_id=Qwen/Qwen3-0.6B").content.decode()
+    assert 'value="Qwen/Qwen3-0.6B"' in page
