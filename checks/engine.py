@@ -460,8 +460,11 @@ def run_check(
             seed += run_seed_check(seed_render, variant.label)
     except FatalTemplateError as exc:
         return error_report(source, file, str(exc), started, tokenizer_sha)
-    drafts = [draft for ast in asts.values() for draft in findings.static_findings(ast)]
-    linked = findings.link_findings(drafts, variants)
+    try:
+        drafts = [draft for ast in asts.values() for draft in findings.static_findings(ast)]
+        linked = findings.link_findings(drafts, variants)
+    except Exception:  # noqa: BLE001 - findings are advisory; a strange AST must not cost the verdict
+        linked = ()
     verdict = verdicts.template_verdict(variants)
     read = sorted({name for ast in asts.values() for name in kwargs_read(ast)})
     return TemplateReport(

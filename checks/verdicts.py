@@ -116,8 +116,13 @@ def _kwargs_hint(variant: VariantResult) -> str:
 
 
 def _refused(variants: list[VariantResult]) -> str:
-    names = sorted({s.session for v in variants for s in v.sessions if not s.rendered})
-    return ", ".join(names)
+    """The sessions a template refuses, with its most common reason."""
+    refused = [s for v in variants for s in v.sessions if not s.rendered]
+    names = sorted({s.session for s in refused})
+    reason, _ = Counter(s.error for s in refused).most_common(1)[0]
+    # "dict arguments: X; string arguments: X" says the same thing twice.
+    reason = (reason or "").split("; string arguments: ")[0].removeprefix("dict arguments: ")
+    return f"{', '.join(names)} ({reason})"
 
 
 def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:

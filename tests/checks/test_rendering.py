@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from transformers.utils import chat_template_utils
 
+from checks.attribution import render_with_spans
+from checks.conversations import SESSIONS, TOOLS
 from checks.engine import CheckOptions, RenderCall, Renderer, run_check
 from checks.rendering import (
     DEFAULT_NOW,
@@ -123,3 +125,39 @@ def test_tojson_keeps_key_order_and_does_not_html_escape() -> None:
 def test_strftime_now_uses_the_pinned_clock() -> None:
     environment = CheckEnvironment(now=datetime(2024, 2, 29, 8, 0))
     assert environment.from_string("{{ strftime_now('%d %b %Y') }}").render() == "29 Feb 2024"
+
+
+@pytest.mark.parametrize("entry", ENTRIES[::5], ids=[e["file"] for e in ENTRIES[::5]])
+def test_attribution_does_not_change_the_render(entry: dict[str, Any]) -> None:
+    source = corpus_source(entry)
+    templates = TemplateCache(CheckEnvironment())
+    session = SESSIONS[3]  # tool_round: system, tools, a call, a result
+    messages = list(session.messages[: session.request_ends()[-1]])
+    context = template_context(
+        normalize_messages(messages),
+        tools=TOOLS,
+        add_generation_prompt=True,
+        special_tokens=source.special_tokens,
+        kwargs={},
+    )
+    template = templates.get(source.sha256, source.templates["default"])
+    plain = outcome(render, template, context)
+    if plain[0] != "ok":
+        pytest.skip(f"template refuses the session: {plain[1]}")
+    text, spans = render_with_spans(template, context, 1 << 22)
+    assert text == plain[1]
+    assert [s.start for s in spans[1:]] == [s.end for s in spans[:-1]]
+    assert all(s.line > 0 for s in spans)
+
+
+def test_generation_tag_and_loop_controls_render_like_transformers() -> None:
+    text = (
+        "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}"
+        "{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    )
+    source = TemplateSource({"default": text})
+    call = RenderCall(
+        "default", tuple({"role": "user", "content": c} for c in "abc"), None, True, ()
+    )
+    assert ours(TemplateCache(CheckEnvironment()), source, call) == "[a][b]"
+    assert transformers_render(source, call) == "[a][b]"
