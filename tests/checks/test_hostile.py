@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from checks import SandboxLimits, SandboxPool, check_template
+from checks.rendering import CheckEnvironment
 from checks.reports import ERROR, SAFE
 
 WALL = 3.0
@@ -120,3 +121,24 @@ def test_malformed_tokenizer_config_is_an_error(
     report = check_template(path, pool=hostile_pool, cache=None)
     assert report.verdict == ERROR
     assert reason in (report.reason or "")
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ cycler.__init__.__globals__.os.system('id') }}",
+        "{{ namespace.__init__.__globals__['sys'].modules }}",
+        "{% set ns = namespace() %}{% set ns._secret = 1 %}",
+        "{{ messages.append({'role': 'user'}) }}",
+    ],
+)
+def test_sandbox_escapes_are_refused(hostile_pool: SandboxPool, escape: str) -> None:
+    verdict, why, _ = check(hostile_pool, escape + CHATML)
+    assert verdict == ERROR
+    assert why.startswith("sandbox refused unsafe access")
+
+
+def test_unsafe_attributes_render_as_nothing() -> None:
+    template = CheckEnvironment().from_string("[{{ ''.__class__ }}{{ dict.__call__ }}]")
+    assert template.render() == "[]"
