@@ -165,8 +165,9 @@ class Failure(Record):
     cause: str
     byte_offset: int | None
     token_index: int | None
-    segment: str | None
-    template_lines: tuple[int, ...]
+    segment: str | None  # in request k's render
+    segment_next: str | None  # in request k+1's render
+    template_lines: tuple[int, ...]  # lines that wrote the diverging bytes, in either render
     detail: str
 
 

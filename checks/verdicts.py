@@ -184,6 +184,7 @@ def failure_rows(variants: Iterable[VariantResult]) -> tuple[Failure, ...]:
                         byte_offset=div.byte_offset if div else None,
                         token_index=div.token_index if div else None,
                         segment=div.segment_before if div else None,
+                        segment_next=div.segment_after if div else None,
                         template_lines=(div.lines_before + div.lines_after) if div else (),
                         detail=pair.detail,
                     )

@@ -1,0 +1,68 @@
+"""The sandbox pool: shared by threads, and never leaves workers behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from checks import SandboxPool, check_template
+from checks.reports import SAFE, UNSAFE
+
+REPO = Path(__file__).resolve().parents[2]
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MARKER = "{% for m in messages %}{% if loop.last %}!{% endif %}{{ m.content }}{% endfor %}"
+
+
+def test_threads_share_the_pool() -> None:
+    pool = SandboxPool(size=2)
+    # Distinct texts (a comment differs), so no result comes from a compile or memo cache.
+    texts = [(CHATML if i % 2 else MARKER) + f"{{# {i} #}}" for i in range(8)]
+    try:
+        with ThreadPoolExecutor(max_workers=4) as executor:
+            verdicts = list(
+                executor.map(lambda t: check_template(t, pool=pool, cache=None).verdict, texts)
+            )
+    finally:
+        pool.close()
+    assert verdicts == [UNSAFE if i % 2 == 0 else SAFE for i in range(8)]
+    assert pool.restarts == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose: it runs nothing.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def test_workers_exit_when_their_parent_dies_without_cleanup() -> None:
+    script = (
+        "import os, checks\n"
+        "pool = checks.SandboxPool(size=1)\n"
+        "checks.check_template('{{ messages[0].content }}', pool=pool, cache=None)\n"
+        "print(pool._workers[0].process.pid, flush=True)\n"
+        "os._exit(0)\n"  # no atexit, like a Celery prefork child
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    pid = int(output.stdout.strip())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
