@@ -412,6 +412,24 @@ def error_report(
     )
 
 
+def _memoized(
+    tokens: Callable[[str], list[int]] | None,
+) -> Callable[[str], list[int]] | None:
+    """Encode each distinct render once: pairs share requests, variants share renders."""
+    if tokens is None:
+        return None
+    encode = tokens
+    seen: dict[str, list[int]] = {}
+
+    def cached(text: str) -> list[int]:
+        ids = seen.get(text)
+        if ids is None:
+            ids = seen[text] = encode(text)
+        return ids
+
+    return cached
+
+
 def run_check(
     source: TemplateSource,
     templates: TemplateCache,
@@ -426,7 +444,7 @@ def run_check(
     started = time.perf_counter()
     options = options or CheckOptions()
     templates.environment.now = options.now
-    renderer = Renderer(source, templates, options, observer, tokens)
+    renderer = Renderer(source, templates, options, observer, _memoized(tokens))
     try:
         asts = {name: renderer.parsed(name) for name in source.templates}
     except jinja2.TemplateSyntaxError as exc:
