@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from checks import TemplateReport
 from registry.models import CheckRun, CheckStatus, HubModel, Verdict
 from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
 from workers import pipeline
@@ -23,7 +24,23 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def finish(run: CheckRun, verdict: str) -> list[int]:
-    return pipeline.store_result(run.pk, {"verdict": verdict, "summary": f"{verdict} summary"})
+    """Store a report with this verdict, as the check task does with the engine's."""
+    report = TemplateReport(
+        file=run.template_version.sha256,
+        origin="registry",
+        sha256=run.template_version.sha256,
+        engine_version=run.engine_version,
+        verdict=verdict,
+        summary=f"{verdict} summary",
+        reason=None,
+        template_names=("default",),
+        kwargs_read=(),
+        variants=(),
+        failures=(),
+        findings=(),
+        seed_check=(),
+    )
+    return pipeline.store_result(run.pk, report.to_dict())
 
 
 def test_a_new_engine_version_rechecks_versions_in_use_in_bounded_batches(
@@ -80,6 +97,8 @@ def test_a_model_with_named_templates_waits_for_all_and_takes_the_worst(sent: li
     finish(CheckRun.objects.get(template_version=tool_use), Verdict.UNSAFE)
     model.refresh_from_db()
     assert model.verdict == Verdict.UNSAFE
+    # From "not checked" to a verdict is no flip: nobody is told the model "changed".
+    assert not ModelEvent.objects.filter(kind=EventKind.VERDICT_CHANGED).exists()
     assert "“tool_use” template" in model.verdict_summary
 
 

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from checks import ENGINE_VERSION
+from checks import ENGINE_VERSION, TemplateReport
 from registry.models import (
     CheckRun,
     CheckStatus,
@@ -27,6 +27,7 @@ from registry.models import (
     TemplateVersion,
     Verdict,
 )
+from registry.verdicts import record_check
 
 from .models import EventKind, ModelEvent
 
@@ -171,19 +172,16 @@ def special_tokens_for(version: TemplateVersion) -> dict[str, str]:
 def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
     """Save a finished check and update every model using the version; return the flipped ones."""
     with transaction.atomic():
-        run = CheckRun.objects.select_for_update().get(pk=run_id)
-        run.status = CheckStatus.DONE
-        run.verdict = str(report.get("verdict", Verdict.ERROR))
-        run.summary = str(report.get("summary", ""))
-        run.error = str(report.get("reason") or "")
-        run.report = report
-        run.progress = 100
-        run.finished_at = timezone.now()
-        run.save(
-            update_fields=["status", "verdict", "summary", "error", "report", "progress",
-                           "finished_at"]
-        )  # fmt: skip
-        return refresh_model_verdicts([run.template_version_id])
+        run = CheckRun.objects.select_for_update().select_related("template_version").get(pk=run_id)
+        version = run.template_version
+        before = {m.pk: m.verdict for m in _models_using([version.pk])}
+        parsed = TemplateReport.from_dict(report)
+        if parsed.engine_version != run.engine_version:
+            raise ValueError(f"report of engine {parsed.engine_version} for run {run.pk}")
+        # The one place a report enters the database (run, default-template verdict, catalog
+        # columns); then the verdict of models with several named templates, and the events.
+        record_check(version, parsed)
+        return refresh_model_verdicts([version.pk], before=before)
 
 
 def _models_using(version_ids: Iterable[int]) -> Any:
@@ -198,8 +196,13 @@ def _models_using(version_ids: Iterable[int]) -> Any:
     )
 
 
-def refresh_model_verdicts(version_ids: Iterable[int]) -> list[int]:
-    """Recompute the verdict of the models using these versions; record flips as events."""
+def refresh_model_verdicts(
+    version_ids: Iterable[int], *, before: dict[int, str] | None = None
+) -> list[int]:
+    """Recompute the verdict of the models using these versions; record flips as events.
+
+    `before` holds the verdicts as they were before the caller changed anything.
+    """
     flipped = []
     for model in _models_using(version_ids):
         snapshot = model.current_snapshot
@@ -215,18 +218,21 @@ def refresh_model_verdicts(version_ids: Iterable[int]) -> list[int]:
             )
         }
         if set(runs) != wanted:
-            continue  # wait until every named template of the model is checked
+            # Wait until every named template is checked; until then the model keeps the
+            # verdict it had (record_check wrote the default template's alone).
+            if before is not None and model.pk in before and model.verdict != before[model.pk]:
+                HubModel.objects.filter(pk=model.pk).update(verdict=before[model.pk])
+            continue
         worst = max(runs.values(), key=lambda r: VERDICT_SEVERITY.get(Verdict(r.verdict), 0))
         summary = runs[snapshot.default_template_id].summary
         if len(wanted) > 1 and worst.template_version_id != snapshot.default_template_id:
             name = next(n for n, v in named.items() if v == worst.template_version_id)
             summary = f"{summary} Its “{name}” template: {worst.summary}"
-        old = model.verdict
-        if old == worst.verdict and model.verdict_summary == summary:
-            continue
-        HubModel.objects.filter(pk=model.pk).update(
-            verdict=worst.verdict, verdict_summary=summary, verdict_updated_at=timezone.now()
-        )
+        old = (before or {}).get(model.pk, model.verdict)
+        if model.verdict != worst.verdict or model.verdict_summary != summary:
+            HubModel.objects.filter(pk=model.pk).update(
+                verdict=worst.verdict, verdict_summary=summary, verdict_updated_at=timezone.now()
+            )
         if old != worst.verdict and old != Verdict.PENDING:
             flipped.append(model.pk)
             ModelEvent.record(
