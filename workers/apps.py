@@ -8,4 +8,4 @@ class WorkersConfig(AppConfig):
     verbose_name = "Workers"
 
     def ready(self) -> None:
-        from . import heartbeat, schedule  # noqa: F401 - connects signals
+        from . import heartbeat, receivers, schedule  # noqa: F401 - connects signals

@@ -92,6 +92,12 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
             logger.warning("could not release %s; it expires by itself", key)
 
 
+@app.task(name="workers.handle_template_change", queue_name="default", acks_late=True)
+def handle_template_change(change_id: int) -> bool:
+    """Act on one template change right after the sync that found it (claimed: runs once)."""
+    return pipeline.claim_template_change(change_id)
+
+
 @app.task(name="workers.dispatch_template_changes", queue_name="default", acks_late=True)
 def dispatch_template_changes(limit: int = 200) -> int:
     """Turn new template changes into events and checks (each change handled once)."""

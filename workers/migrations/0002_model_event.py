@@ -6,27 +6,53 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('registry', '0001_initial'),
-        ('workers', '0001_initial'),
+        ("registry", "0001_initial"),
+        ("workers", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ModelEvent',
+            name="ModelEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('template_changed', 'Template changed'), ('verdict_changed', 'Verdict changed'), ('probe_changed', 'Probe result changed'), ('status_changed', 'Repo gated or gone')], db_index=True, max_length=32)),
-                ('key', models.CharField(max_length=200, unique=True)),
-                ('summary', models.TextField()),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('notify_claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='registry.hubmodel')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("template_changed", "Template changed"),
+                            ("verdict_changed", "Verdict changed"),
+                            ("probe_changed", "Probe result changed"),
+                            ("status_changed", "Repo gated or gone"),
+                        ],
+                        db_index=True,
+                        max_length=32,
+                    ),
+                ),
+                ("key", models.CharField(max_length=200, unique=True)),
+                ("summary", models.TextField()),
+                ("data", models.JSONField(blank=True, default=dict)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("notify_claimed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="registry.hubmodel",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]
