@@ -139,19 +139,29 @@ def hub_bucket(token: str | None, clock: Callable[[], float] = time.time) -> Buc
     return CacheBucket(name, rate, capacity, clock)
 
 
-def acquire(bucket: Bucket, sleep: Callable[[float], None], max_wait: float = 600.0) -> float:
-    """Wait for a token; return how long we waited. Gives up (returns) after `max_wait`."""
-    waited = 0.0
-    while (wait := bucket.take()) > 0 and waited < max_wait:
-        sleep(wait)
-        waited += wait
-    return waited
+def reset_hub_bucket(token: str | None) -> None:
+    """Forget a credential's bucket and any 429 pause (tests; or an operator after a quota bump)."""
+    name = credential_key(token)
+    if settings.REDIS_URL:
+        import redis
+
+        key = f"cachesafe:hub-bucket:{name}"
+        redis.Redis.from_url(settings.REDIS_URL).delete(key, f"{key}:blocked")
+    cache.delete_many([f"hub-bucket:{name}", f"hub-bucket:{name}:blocked"])
+
+
+def _window_key(key: str, window_seconds: int) -> str:
+    return f"ratelimit:{key}:{int(time.time() // window_seconds)}"
+
+
+def forget(key: str, window_seconds: int) -> None:
+    """Reset `key`'s count in the current window."""
+    cache.delete(_window_key(key, window_seconds))
 
 
 def allow(key: str, limit: int, window_seconds: int) -> bool:
     """Fixed-window counter in the shared cache: True while `key` stays within `limit`."""
-    slot = int(time.time() // window_seconds)
-    cache_key = f"ratelimit:{key}:{slot}"
+    cache_key = _window_key(key, window_seconds)
     cache.add(cache_key, 0, timeout=window_seconds + 5)
     try:
         count = cache.incr(cache_key)

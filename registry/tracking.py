@@ -41,3 +41,7 @@ def client_address(request: HttpRequest) -> str:
 def may_track(request: HttpRequest) -> bool:
     """False when this client address asked to track too many repos this hour."""
     return ratelimit.allow(f"track:{client_address(request)}", TRACK_REQUESTS_PER_HOUR, 3600)
+
+
+def forget_track_requests(address: str) -> None:
+    ratelimit.forget(f"track:{address}", 3600)

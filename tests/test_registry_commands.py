@@ -117,7 +117,7 @@ def test_import_local_says_what_is_wrong(tmp_path: Path) -> None:
 
 def test_watch_an_author_tracks_its_repos(corpus_hub: FakeHub, hub_settings: Any) -> None:
     out = run("watch", "--author", "Qwen", "--refresh")
-    assert "watch 1: author Qwen (added)" in out
+    assert f"watch {Watch.objects.get().pk}: author Qwen (added)" in out
     qwen = {r.repo_id for r in corpus_hub.store.all() if r.author == "Qwen"}
     assert f"{len(qwen)} new repo(s) tracked" in out
     assert set(HubModel.objects.values_list("repo_id", flat=True)) == qwen

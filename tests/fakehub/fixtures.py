@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
+from registry.ratelimit import reset_hub_bucket
+
 from .corpus import build_corpus_hub
 from .server import FakeHub
+
+
+#: Credentials the tests use; their buckets are reset before each test.
+TEST_TOKENS = (None, "hf_granted", "hf_a", "hf_b")
 
 
 class Sleeps(list[float]):
@@ -45,6 +51,9 @@ def hub_settings(settings: Any, fake_hub: FakeHub) -> Any:
     settings.HF_ENDPOINT = fake_hub.url
     settings.HF_TOKEN = None
     settings.HF_REQUESTS_PER_5MIN = 10**9
+    # Buckets are shared state (Redis or the cache): start each test without a leftover pause.
+    for token in TEST_TOKENS:
+        reset_hub_bucket(token)
     return settings
 
 
