@@ -14,7 +14,6 @@ from registry.ratelimit import reset_hub_bucket
 from .corpus import build_corpus_hub
 from .server import FakeHub
 
-
 #: Credentials the tests use; their buckets are reset before each test.
 TEST_TOKENS = (None, "hf_granted", "hf_a", "hf_b")
 
