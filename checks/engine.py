@@ -108,7 +108,8 @@ def fatal_reason(exc: BaseException) -> str | None:
 
 
 def _key(messages: tuple[dict[str, Any], ...]) -> str:
-    return json.dumps(messages, sort_keys=True, default=str)
+    # Key order is kept: a template iterating `.items()` renders differently when it changes.
+    return json.dumps(messages, default=str)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class Renderer:
                 cached = RenderFailed(describe_error(exc))
             self._memo[key] = cached
         if isinstance(cached, RenderFailed):
-            raise cached
+            # A fresh exception each time: re-raising one instance would grow its traceback.
+            raise RenderFailed(str(cached))
         return cached
 
     def spans(
