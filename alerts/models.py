@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from registry.models import HubModel, Verdict
@@ -216,6 +217,18 @@ class Subscription(models.Model):
         from .notifications import model_url
 
         return model_url(self.model.repo_id) if self.model is not None else None
+
+    @property
+    def feed_url(self) -> str | None:
+        """The Atom feed of the same changes (the dashboard's), for readers without an account."""
+        try:
+            if self.model is not None:
+                return reverse("dashboard:model_feed", args=self.model.repo_id.split("/", 1))
+            if self.author:
+                return reverse("dashboard:author_feed", args=[self.author])
+            return reverse("dashboard:feed")
+        except NoReverseMatch:
+            return None
 
     @property
     def event_labels(self) -> list[str]:

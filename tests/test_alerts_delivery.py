@@ -254,3 +254,41 @@ def test_discord_payload_has_content_and_embeds_and_never_pings() -> None:
     assert {f["name"] for f in embed["fields"]} == {"Verdict", "Change", "Diff"}
     assert "\\[x\\]\\(http://evil\\)" in embed["description"]  # no markdown link from the Hub
     assert isinstance(payload["content"], str) and payload["content"]
+
+
+def test_a_new_event_enqueues_its_claim_after_commit(
+    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    from workers import notify
+
+    claimed: list[int] = []
+    monkeypatch.setattr(notify.claim_event, "delay", claimed.append)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        event = make_event(make_model("org/m"))
+        assert claimed == []  # nothing leaves before the event is committed
+    for callback in callbacks:
+        callback()
+    assert claimed == [event.pk]
+
+
+def test_the_sweeper_resends_lost_sends_but_not_those_waiting_for_a_retry(
+    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    from workers import notify
+
+    resent: list[int] = []
+    monkeypatch.setattr(notify.send_delivery, "delay", resent.append)
+    alice = make_user("alice")
+    channel = make_channel(alice, target="https://a.example/x")
+    long_ago = timezone.now() - timedelta(minutes=10)
+    lost, backing_off, _fresh = (
+        Delivery.objects.create(event=make_event(make_model(f"org/{n}")), channel=channel)
+        for n in ("lost", "backoff", "fresh")
+    )
+    Delivery.objects.filter(pk__in=[lost.pk, backing_off.pk]).update(created_at=long_ago)
+    Delivery.objects.filter(pk=backing_off.pk).update(
+        next_attempt_at=timezone.now() + timedelta(minutes=30)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert delivery.resend_stalled() == 1
+    assert resent == [lost.pk]

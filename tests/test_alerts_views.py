@@ -47,6 +47,7 @@ def test_the_owner_sees_their_channel_and_history(
     page = client.get(reverse("alerts:settings")).content.decode()
     assert "org/m" in page and "hooks.example.com" in page
     assert "HTTP 500: upstream down" in page
+    assert "/m/org/m/changes.atom" in page  # the dashboard's feed of the same changes
     assert "/alice" not in page  # a webhook path is a secret: only the host is shown
     detail = client.get(reverse("alerts:channel", args=[channel.pk]))
     assert detail.status_code == 200
