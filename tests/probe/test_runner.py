@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.probe.conftest import by_path, job
+from tests.probe.conftest import by_path, job, weather_conversation
 from workers.probe.reports import SCHEMA_VERSION
 from workers.probe.runner import run_probe
 
@@ -154,3 +154,18 @@ def test_several_prompt_sizes(model_dirs: dict[str, Path]) -> None:
     small, large = sizes[0]["pairs"][0], sizes[512]["pairs"][0]
     assert large["prompt_tokens"] - small["prompt_tokens"] >= 450
     assert sizes[0]["verdict"] == sizes[512]["verdict"] == "hit"
+
+
+def test_past_the_deadline_the_rest_is_skipped_not_lost(model_dirs: dict[str, Path]) -> None:
+    conversations = {"first": weather_conversation(), "second": weather_conversation()}
+    report = run_probe(
+        job(
+            model_dirs["llama/chatml"],
+            paths=["library"],
+            conversations=conversations,
+            deadline_s=0.0,
+        )
+    )
+    assert report["status"] == "ok"
+    errors = [r["error"] for r in report["results"]]
+    assert errors == ["skipped: job deadline of 0 s reached"] * 2

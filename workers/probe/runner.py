@@ -7,6 +7,7 @@ modules load inside `run_probe`, so the main side can import this module without
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from workers.probe.library_path import ModelRunner, ReplyPlan, ServedRequest
     from workers.probe.rendering import ChatRequest, RenderedPrompt
 
+logger = logging.getLogger(__name__)
+
 LIBRARY_PATHS = ("library", "library_checkpoints", "suffix_only_client")
 ALL_PATHS = (*LIBRARY_PATHS, "server")
 DEFAULT_PATHS = ("library", "library_checkpoints")
@@ -53,6 +56,7 @@ class ProbeSettings:
     miss_below: float = MISS_BELOW
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     server_startup_timeout_s: float = 120.0
+    deadline_s: float | None = None
 
     @classmethod
     def from_job(cls, job: dict[str, Any]) -> ProbeSettings:
@@ -75,6 +79,7 @@ class ProbeSettings:
             miss_below=float(job.get("miss_below", MISS_BELOW)),
             template_kwargs=dict(job.get("template_kwargs") or {}),
             server_startup_timeout_s=float(job.get("server_startup_timeout_s", 120.0)),
+            deadline_s=float(job["deadline_s"]) if job.get("deadline_s") is not None else None,
         )
         if settings.max_reply_tokens < 1:
             raise ValueError("max_reply_tokens must be >= 1")
@@ -117,8 +122,10 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any]:
                 report = _probe_dir(path, job, settings, conversations, machine)
                 report.model["commit"] = commit
     except DownloadError as exc:
+        logger.warning("probe job failed: %s", exc)
         return error_report(job, machine, str(exc))
     except Exception as exc:
+        logger.warning("probe job failed", exc_info=True)
         return error_report(job, machine, describe_failure(exc))
     finally:
         _release_memory()
@@ -192,6 +199,14 @@ def _probe_dir(
     predicted = job.get("predicted") or {}
     for name, requests in conversations.items():
         for size in settings.prompt_sizes:
+            if settings.deadline_s is not None and time.perf_counter() - tic > settings.deadline_s:
+                # Stop cleanly inside the task's time limit: what was measured still goes back.
+                for path in settings.paths:
+                    skipped = ConversationResult(name, size, path, settings.reply_mode)
+                    skipped.error = f"skipped: job deadline of {settings.deadline_s:g} s reached"
+                    report.results.append(skipped)
+                continue
+            logger.info("probing %s at %d tokens: %s", name, size, ", ".join(settings.paths))
             report.results.extend(
                 _probe_conversation(
                     runner, model_dir, name, requests, size, predicted.get(name), settings
