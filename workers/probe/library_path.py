@@ -15,10 +15,10 @@ from typing import Any, cast
 
 from workers.probe.rendering import RenderedPrompt
 
-#: The server's defaults (`--prefill-step-size`); `--prompt-cache-size` is raised so that a
-#: conversation's checkpoints never evict each other during a probe.
+#: The server's defaults (`--prefill-step-size`, `--prompt-cache-size`): eviction is part of
+#: what a real server does to a long conversation's checkpoints.
 PREFILL_STEP_SIZE = 2048
-PROMPT_CACHE_SIZE = 64
+PROMPT_CACHE_SIZE = 10
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,12 @@ class ProbeSettings:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     server_startup_timeout_s: float = 120.0
     deadline_s: float | None = None
+    prompt_cache_size: int = 10
 
     @classmethod
     def from_job(cls, job: dict[str, Any]) -> ProbeSettings:
         from workers.probe.correctness import DEFAULT_THRESHOLD
+        from workers.probe.library_path import PROMPT_CACHE_SIZE
 
         paths = list(job.get("paths") or DEFAULT_PATHS)
         unknown = sorted(set(paths) - set(ALL_PATHS))
@@ -80,6 +82,7 @@ class ProbeSettings:
             template_kwargs=dict(job.get("template_kwargs") or {}),
             server_startup_timeout_s=float(job.get("server_startup_timeout_s", 120.0)),
             deadline_s=float(job["deadline_s"]) if job.get("deadline_s") is not None else None,
+            prompt_cache_size=int(job.get("prompt_cache_size", PROMPT_CACHE_SIZE)),
         )
         if settings.max_reply_tokens < 1:
             raise ValueError("max_reply_tokens must be >= 1")
@@ -363,7 +366,11 @@ def _library_run(
     if path == "suffix_only_client":
         engine = SuffixOnlyClient(runner)
     else:
-        engine = LibraryEngine(runner, checkpoints=path == "library_checkpoints")
+        engine = LibraryEngine(
+            runner,
+            checkpoints=path == "library_checkpoints",
+            cache_size=settings.prompt_cache_size,
+        )
     result = ConversationResult(name, size, path, mode)
     result.predicted_source = "job" if any(p is not None for p in prep.predicted) else "probe"
     keys: list[list[int]] = []
@@ -437,6 +444,7 @@ def _server_run(
         max_tokens=settings.max_reply_tokens,
         template_kwargs=settings.template_kwargs or None,
         startup_timeout_s=settings.server_startup_timeout_s,
+        prompt_cache_size=settings.prompt_cache_size,
     )
     result = ConversationResult(name, size, "server", "generated")
     result.predicted_source = reference.predicted_source

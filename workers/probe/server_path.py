@@ -80,6 +80,7 @@ def running_server(
     model_dir: Path,
     *,
     startup_timeout_s: float = 120.0,
+    prompt_cache_size: int = PROMPT_CACHE_SIZE,
     extra_args: list[str] | None = None,
 ) -> Iterator[RunningServer]:
     """Start `mlx_lm.server` on a free 127.0.0.1 port, wait for /health, always stop it."""
@@ -98,7 +99,7 @@ def running_server(
         "--port",
         str(port),
         "--prompt-cache-size",
-        str(PROMPT_CACHE_SIZE),
+        str(prompt_cache_size),
         "--prefill-step-size",
         str(PREFILL_STEP_SIZE),
         "--log-level",
@@ -224,9 +225,12 @@ def serve_conversation(
     max_tokens: int,
     template_kwargs: dict[str, Any] | None = None,
     startup_timeout_s: float = 120.0,
+    prompt_cache_size: int = PROMPT_CACHE_SIZE,
 ) -> list[ServerTurn]:
     """Send a conversation's requests, then the last one again, to a fresh server."""
-    with running_server(model_dir, startup_timeout_s=startup_timeout_s) as server:
+    with running_server(
+        model_dir, startup_timeout_s=startup_timeout_s, prompt_cache_size=prompt_cache_size
+    ) as server:
         warm_up(server)
         turns = [
             chat(server, r, max_tokens=max_tokens, template_kwargs=template_kwargs)
