@@ -5,6 +5,9 @@ Every request goes through `HubClient._call`: it takes a token from the credenti
 bucket, and retries 429 (waiting what `Retry-After` / `RateLimit` say), 5xx and timeouts with
 jittered exponential backoff. We page list endpoints ourselves rather than through the client's
 `paginate`, because that retries with real sleeps outside our bucket.
+
+Only endpoints every Hub-shaped server has are used: model info, list models, commits, tree
+and file resolve (paths-info would save nothing: the root tree is one request too).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .repo_files import BrokenRepo
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+MAX_TREE_PAGES = 20
 RETRY_STATUSES = frozenset({408, 500, 502, 503, 504})
 TRANSIENT_ERRORS = (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)
 
@@ -244,8 +248,6 @@ class HubClient:
                 repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
             ),
         )
-        if not info.sha:
-            raise HubUnavailable(f"{repo_id} info: the Hub did not say the head commit")
         files = {
             s.rfilename: FileInfo(
                 s.rfilename, s.size, s.blob_id or "", s.lfs.sha256 if s.lfs else None
@@ -255,7 +257,7 @@ class HubClient:
         tags = [t for t in info.tags or [] if isinstance(t, str)][:200]
         return RepoInfo(
             repo_id=info.id or repo_id,
-            sha=info.sha,
+            sha=info.sha or "",  # sync asks the commits when a Hub leaves it out
             last_modified=info.last_modified,
             author=_text(info.author, 100) or repo_id.split("/", 1)[0],
             private=bool(info.private),
@@ -271,27 +273,6 @@ class HubClient:
             files=files,
         )
 
-    def paths_info(
-        self, repo_id: str, revision: str, paths: tuple[str, ...]
-    ) -> dict[str, FileInfo]:
-        """Object ids of `paths` at `revision` (absent paths are left out): one request."""
-        url = f"{self.endpoint}/api/models/{repo_id}/paths-info/{quote(revision, safe='')}"
-
-        def request() -> httpx2.Response:
-            response = get_session().post(
-                url,
-                data={"paths": list(paths), "expand": False},
-                headers=build_hf_headers(token=self._auth),
-                timeout=self.timeout,
-            )
-            hf_raise_for_status(response)
-            return response
-
-        payload = self._call(f"{repo_id}@{revision[:8]} paths-info", request).json()
-        if not isinstance(payload, list):
-            raise HubUnavailable(f"{repo_id} paths-info: the Hub did not answer a list")
-        return {e.path: e for e in map(self._file_info, payload) if e is not None}
-
     @staticmethod
     def _file_info(item: Any) -> FileInfo | None:
         if not isinstance(item, dict) or not isinstance(item.get("path"), str):
@@ -305,16 +286,18 @@ class HubClient:
             is_folder=item.get("type") == "directory",
         )
 
-    def list_folder(self, repo_id: str, revision: str, folder: str) -> list[FileInfo]:
-        url = (
-            f"{self.endpoint}/api/models/{repo_id}/tree/{quote(revision, safe='')}/"
-            f"{quote(folder, safe='')}"
-        )
+    def list_folder(self, repo_id: str, revision: str, folder: str = "") -> list[FileInfo]:
+        """The entries (files and folders, with their ids) directly in `folder` at `revision`;
+        the repo's root when `folder` is empty. One request per page of 1,000."""
+        path = f"/{quote(folder, safe='')}" if folder else ""
+        url = f"{self.endpoint}/api/models/{repo_id}/tree/{quote(revision, safe='')}{path}"
         entries: list[FileInfo] = []
-        for page in self._pages(f"{repo_id} tree {folder}", url, {"recursive": False}):
+        for number, page in enumerate(
+            self._pages(f"{repo_id}@{revision[:8]} tree {folder}", url, {"recursive": False})
+        ):
             entries += [e for e in map(self._file_info, page) if e is not None]
-            if len(entries) > 1000:
-                break
+            if number >= MAX_TREE_PAGES:
+                break  # a hostile or absurd repo; what matters sits at the top level anyway
         return entries
 
     def iter_commits(self, repo_id: str, revision: str) -> Iterator[CommitInfo]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: Statuses that mean the repo at `template_files["commit"]` was read completely.
 SETTLED = frozenset({ModelStatus.OK, ModelStatus.NO_TEMPLATE, ModelStatus.BROKEN})
+WATCHED = frozenset(WATCHED_PATHS)
 Identity = tuple[str, tuple[tuple[str, str], ...]] | None
 
 
@@ -173,17 +174,30 @@ class RegistrySync:
             raise
         if info.disabled:
             return record_unavailable(model.pk, ModelStatus.DISABLED, "disabled on the Hub", info)
+        if not info.sha:
+            info = self._with_head(info)
         known = model.template_files.get("commit") if model.template_files else None
         if not force and known == info.sha and model.status in SETTLED:
             return record_unchanged(model.pk, info)
         try:
             observation = self.observe(model, info, incremental=bool(known) and not force)
         except RepoUnavailable as gone:
+            if info.gated and gone.status == ModelStatus.PRIVATE:
+                # A Hub that refuses a gated repo's files without saying "GatedRepo".
+                return record_unavailable(model.pk, ModelStatus.GATED, "gated", info)
             return record_unavailable(model.pk, gone.status, gone.reason, info)
         except HubUnavailable as err:
             record_failure(model.pk, str(err))
             raise
         return record(model.pk, observation)
+
+    def _with_head(self, info: RepoInfo) -> RepoInfo:
+        """The head commit from the commit list, for a Hub whose model info has no `sha`."""
+        try:
+            head = next(iter(self.client.iter_commits(info.repo_id, "main")))
+        except StopIteration:
+            raise HubUnavailable(f"{info.repo_id}: the Hub lists no commits") from None
+        return replace(info, sha=head.sha, last_modified=info.last_modified or head.date)
 
     # --- observing -------------------------------------------------------------------------
 
@@ -232,7 +246,9 @@ class RegistrySync:
     def _observe_commit(
         self, repo_id: str, commit: CommitInfo, walk: _Walk, blobs: dict[str, bytes]
     ) -> None:
-        entries = self.client.paths_info(repo_id, commit.sha, WATCHED_PATHS)
+        entries = {
+            e.path: e for e in self.client.list_folder(repo_id, commit.sha) if e.path in WATCHED
+        }
         signature = {path: entry.content_id for path, entry in sorted(entries.items())}
         if signature == walk.signature:
             return

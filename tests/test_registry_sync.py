@@ -398,10 +398,10 @@ def test_500s_are_retried_with_backoff(
     fake_hub: FakeHub, sleeps: Sleeps, sync: Callable[..., SyncResult]
 ) -> None:
     upload(fake_hub, "org/shaky", {"tokenizer_config.json": tc(CHATML)})
-    fake_hub.inject("500", times=2, match="paths-info")
+    fake_hub.inject("500", times=2, match="/tree/")
     assert sync("org/shaky").status == ModelStatus.OK
     assert len(sleeps) == 2 and sleeps[1] > sleeps[0] * 0.9 / 1.5 and all(s > 0 for s in sleeps)
-    statuses = [r.status for r in fake_hub.requests("org/shaky") if "paths-info" in r.path]
+    statuses = [r.status for r in fake_hub.requests("org/shaky") if "/tree/" in r.path]
     assert statuses[:3] == [500, 500, 200]
 
 
@@ -490,3 +490,21 @@ def test_corpus_tokenizer_config_helper_round_trips() -> None:
     # The fake Hub's files are what the tests say they are.
     raw = tokenizer_config(CHATML.encode(), "<s>", "</s>")
     assert json.loads(raw)["chat_template"] == CHATML
+
+
+def test_a_bare_bones_hub_without_sha_or_error_codes_still_syncs(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """Model info without `sha` or file metadata, errors without X-Error-Code: the statuses
+    come from the HTTP codes and the head from the commit list."""
+    fake_hub.state.minimal = True
+    head = upload(fake_hub, "org/plain", {"tokenizer_config.json": tc(CHATML)})
+    upload(fake_hub, "org/plain-gated", {"tokenizer_config.json": tc(CHATML)}, gated="auto")
+    upload(fake_hub, "org/plain-private", {"tokenizer_config.json": tc(CHATML)}, private=True)
+    assert sync("org/plain").status == ModelStatus.OK
+    assert api("org/plain")["last_commit_sha"] == head
+    assert api("org/plain")["template"]["tokenizer_json"] is None
+    assert sync("org/plain-gated").status == ModelStatus.GATED
+    assert sync("org/plain-private").status == ModelStatus.PRIVATE
+    assert sync("org/plain-missing").status == ModelStatus.MISSING
+    assert sync("org/plain").outcome == "unchanged"

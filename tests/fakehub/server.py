@@ -52,6 +52,9 @@ class HubState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     commits_page_size: int = PAGE_SIZE_COMMITS
     models_page_size: int = PAGE_SIZE_MODELS
+    #: Answer like a bare-bones Hub look-alike: no `X-Error-Code` headers, and model info
+    #: without `sha` or file metadata (what a client cannot count on from every server).
+    minimal: bool = False
 
     def take_fault(self, path: str) -> Fault | None:
         with self.lock:
@@ -170,8 +173,8 @@ class FakeHubHandler(BaseHTTPRequestHandler):
                 method, path, query, body, truncated=fault is not None and fault.kind == "truncated"
             )
         except HubError as err:
-            headers = {"X-Error-Message": err.message}
-            if err.code:
+            headers = {} if self.state.minimal else {"X-Error-Message": err.message}
+            if err.code and not self.state.minimal:
                 headers["X-Error-Code"] = err.code
             self._json(err.status, {"error": err.message}, headers)
         except (BrokenPipeError, ConnectionResetError):
@@ -284,6 +287,7 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             repo = self._repo(repo_id)
             commit = self._commit(repo, revision)
             blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
+            blobs = blobs and not self.state.minimal
             siblings = []
             for name in sorted(commit.files):
                 sibling: dict[str, Any] = {"rfilename": name}
@@ -320,6 +324,8 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             config = repo.config_summary(commit)
             if config is not None:
                 payload["config"] = config
+            if self.state.minimal:
+                del payload["sha"]
         self._json(200, payload, truncated=truncated)
 
     def _list_models(self, query: dict[str, list[str]], *, truncated: bool) -> None:

@@ -1,0 +1,147 @@
+"""Benchmark: sync 1,000 repos against the fake Hub, cold then warm (nothing changed).
+
+Prints the requests per unchanged repo (target 1), the wall time of both passes and peak
+memory. Runs on a throwaway SQLite database; the fake Hub runs as a separate process.
+`.venv/bin/python bench/bench_sync.py [--repos N]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPUS_DIR = REPO_ROOT.parent / "shared" / "corpus"
+
+
+def start_hub(repos: int) -> tuple[subprocess.Popen[str], str]:
+    hub = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakehub", "--corpus", str(CORPUS_DIR), "--repos", str(repos)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert hub.stdout is not None
+    line = hub.stdout.readline().split()
+    if not line or line[0] != "ready":
+        hub.kill()
+        raise SystemExit(f"the fake Hub did not start: {line}")
+    return hub, line[1]
+
+
+def hub_stats(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(f"{url}/_fakehub/stats") as response:
+        return dict(json.load(response))
+
+
+def repo_requests(url: str) -> int:
+    """Requests about repos (the control calls to the fake Hub itself are left out)."""
+    per_repo = hub_stats(url)["per_repo"]
+    assert isinstance(per_repo, dict)
+    return sum(int(n) for n in per_repo.values())
+
+
+def reset_log(url: str) -> None:
+    request = urllib.request.Request(f"{url}/_fakehub/reset-log", method="POST")
+    urllib.request.urlopen(request).close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repos", type=int, default=1000)
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="also report tracemalloc's peak (slows the sync down several times)",
+    )
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="cachesafe-bench-sync-"))
+    hub, url = start_hub(args.repos)
+    for name in ("DATABASE_URL", "REDIS_URL", "HUGGING_FACE_HUB_TOKEN"):
+        os.environ.pop(name, None)
+    os.environ.update(
+        CACHESAFE_VAR_DIR=str(work / "var"),
+        HF_HOME=str(work / "hf"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_ENDPOINT=url,
+        HF_TOKEN="",
+        # Measure the sync's own cost, not the Hub's quota (the bucket is tested elsewhere).
+        HF_REQUESTS_PER_5MIN=str(10**9),
+        LOG_LEVEL="WARNING",
+        DJANGO_SETTINGS_MODULE="cachesafe.settings",
+    )
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        from registry.hub import HubClient
+        from registry.models import HubModel, TemplateChange, TemplateVersion
+        from registry.sync import sync_repo_ids
+
+        call_command("migrate", verbosity=0)
+        repo_ids = list(HubClient().iter_models(limit=args.repos, sort="downloads"))
+        HubModel.objects.bulk_create(
+            HubModel(repo_id=r, author=r.split("/")[0], tracked_via="track") for r in repo_ids
+        )
+        reset_log(url)
+
+        if args.trace_memory:
+            tracemalloc.start()
+        started = time.perf_counter()
+        cold = sync_repo_ids(None)
+        cold_seconds = time.perf_counter() - started
+        cold_requests = repo_requests(url)
+        reset_log(url)
+
+        started = time.perf_counter()
+        warm = sync_repo_ids(None)
+        warm_seconds = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1] if args.trace_memory else 0
+        tracemalloc.stop()
+
+        failed = [r for r in cold + warm if r.outcome == "failed"]
+        unchanged = [r for r in warm if r.outcome == "unchanged"]
+        warm_requests = repo_requests(url)
+        print(f"repos                         {len(repo_ids)}")
+        print(f"template versions (deduped)   {TemplateVersion.objects.count()}")
+        print(f"template changes recorded     {TemplateChange.objects.count()}")
+        print(
+            f"cold sync                     {cold_seconds:6.1f} s, {cold_requests} requests "
+            f"({cold_requests / len(repo_ids):.1f} per repo, {len(repo_ids) / cold_seconds:.0f} "
+            "repos/s)"
+        )
+        print(
+            f"warm sync (nothing changed)   {warm_seconds:6.1f} s, {warm_requests} requests "
+            f"({len(repo_ids) / warm_seconds:.0f} repos/s)"
+        )
+        print(
+            f"requests per unchanged repo   {warm_requests / max(1, len(unchanged)):.2f} (target 1)"
+        )
+        if args.trace_memory:
+            print(f"peak traced Python memory     {peak / 2**20:.1f} MiB")
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(f"peak RSS of this process      {maxrss / 1024:.1f} MiB")
+        if failed:
+            print(f"FAILED: {len(failed)} sync(s), e.g. {failed[0].line()}", file=sys.stderr)
+            return 1
+        return 0 if len(unchanged) == len(repo_ids) else 1
+    finally:
+        hub.terminate()
+        hub.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
