@@ -19,6 +19,7 @@ from registry.verdicts import latest_check
 
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .openapi import schema
+from .page_cache import cached_page
 from .reports import failing_pairs, rebuild, variant_key
 
 
@@ -55,6 +56,7 @@ def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
 
 
 @require_GET
+@cached_page
 def models_list(request: HttpRequest) -> JsonResponse:
     """Search and list: the catalog's query parameters, as JSON."""
     query = CatalogQuery.from_params(request.GET)
@@ -137,6 +139,7 @@ def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun)
 
 
 @require_GET
+@cached_page
 def template_detail(request: HttpRequest, sha256: str) -> JsonResponse:
     version = get_object_or_404(TemplateVersion, sha256=sha256)
     run = latest_check(version)
@@ -158,6 +161,7 @@ def template_detail(request: HttpRequest, sha256: str) -> JsonResponse:
 
 
 @require_GET
+@cached_page
 def check_detail(request: HttpRequest, sha256: str) -> JsonResponse:
     """The newest check of a template version, with every failing pair."""
     version = get_object_or_404(TemplateVersion.objects.defer("text"), sha256=sha256)

@@ -9,6 +9,10 @@ class DashboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Connects the signals that expire cached pages, in every process that saves rows
+        # (web, Celery workers, management commands), not only where views are imported.
+        from . import page_cache  # noqa: F401
+
         # `GET /api/models/<org>/<name>` is registry.api's view; it merges in what we add
         # (variants, the check with its failures, probe results), so the URL stays one view.
         try:

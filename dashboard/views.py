@@ -17,12 +17,14 @@ from registry.verdicts import latest_check
 from . import badges, history
 from .catalog import HYBRID_CHOICES, PAGE_SIZE, SORT_LABELS, CatalogQuery, models_using
 from .models import ProbeStatus, Thinking, Tools
+from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .report_view import ReportView, model_sentence
 from .reports import find_pair
 
 
 @require_GET
+@cached_page
 def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
     query = CatalogQuery.from_params(request.GET)
@@ -66,6 +68,7 @@ def _unknown_model(request: HttpRequest, repo_id: str) -> HttpResponse:
 
 
 @require_GET
+@cached_page
 def model_detail(
     request: HtmxHttpRequest, org: str, name: str, commit: str | None = None
 ) -> HttpResponse:
@@ -96,9 +99,14 @@ def model_detail(
         "og_description": sentence,
     }
     if request.htmx and request.htmx.target == "check-status":
-        return render(request, "dashboard/model.html#check-status", context)
-    context["timeline"] = history.timeline(model)
-    return render(request, "dashboard/model.html", context)
+        response = render(request, "dashboard/model.html#check-status", context)
+    else:
+        context["timeline"] = history.timeline(model)
+        response = render(request, "dashboard/model.html", context)
+    if context["polling"]:
+        # Live progress: neither our page cache nor the browser may keep this answer.
+        response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_GET
@@ -118,6 +126,7 @@ def model_pair_latest(
 
 
 @require_GET
+@cached_page
 def template_detail(request: HttpRequest, sha256: str) -> HttpResponse:
     """One template version: its source, its verdicts and every model that uses it."""
     version = get_object_or_404(TemplateVersion, sha256=sha256)
@@ -137,6 +146,7 @@ def template_detail(request: HttpRequest, sha256: str) -> HttpResponse:
 
 
 @require_GET
+@cached_page
 def pair_detail(
     request: HttpRequest, sha256: str, variant: str, session: str, index: int
 ) -> HttpResponse:
@@ -184,6 +194,7 @@ def pair_detail(
 
 
 @require_GET
+@cached_page
 def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResponse:
     """What changed upstream between two template versions, with the verdict before and after."""
     new = get_object_or_404(TemplateVersion, sha256=sha256)
@@ -200,6 +211,7 @@ def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResp
 
 
 @require_GET
+@cached_page
 def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
     """An SVG badge for a model README; unknown models get a grey "not tracked" badge."""
     model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()

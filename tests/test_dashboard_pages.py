@@ -7,6 +7,7 @@ import re
 import pytest
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from registry.models import CheckRun, HubModel, ModelStatus, TemplateChange
 from registry.verdicts import check_in_process, record_check
@@ -83,8 +84,12 @@ def test_model_page_shows_the_template_history_with_verdicts(
 
 @pytest.mark.usefixtures("healthy_service")
 def test_model_page_query_count_does_not_grow_with_history(
-    client: Client, catalog: Catalog, django_assert_num_queries: DjangoAssertNumQueries
+    client: Client,
+    catalog: Catalog,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    settings: SettingsWrapper,
 ) -> None:
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0  # count the rendering, not the page cache
     url = f"/m/{catalog.changed.repo_id}/"
     # model (+ snapshot, template, catalog row), newest check, timeline with both verdicts
     with django_assert_num_queries(3):
