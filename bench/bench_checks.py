@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -64,7 +65,11 @@ def main() -> int:
     parser.add_argument("--naive-every", type=int, default=7, help="naive run on every Nth file")
     args = parser.parse_args()
     items = corpus()
-    print(f"corpus: {len(items)} templates, {args.workers} sandbox workers, {os.cpu_count()} cores")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(
+        f"corpus: {len(items)} templates, {args.workers} sandbox workers, {os.cpu_count()} cores, "
+        f"load average {load} (other work on the machine slows the wall times)"
+    )
 
     cache = MemoryResultCache()
     inputs = [CheckInput(source, file) for file, source in items]
@@ -80,6 +85,11 @@ def main() -> int:
     again = check_templates(inputs, pool=pool, cache=cache)
     wall_cached = time.perf_counter() - started
     pool.close()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(
+        f"   CPU used by the sandbox workers: {children.ru_utime + children.ru_stime:.2f} s "
+        "(independent of machine load)"
+    )
     assert [r.verdict for r in again] == [r.verdict for r in reports]
     print(
         f"3. re-check, result cache: {wall_cached * 1000:.1f} ms for {len(again)} templates "

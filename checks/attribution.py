@@ -81,6 +81,21 @@ class _Identities:
         return None
 
 
+class _LineMap:
+    """`Template.get_corresponding_lineno`, without re-parsing the debug info on every call."""
+
+    def __init__(self, template: jinja2.Template) -> None:
+        # Jinja writes the mapping in code-line order; among equal code lines the last one wins,
+        # as in Jinja's own reversed scan, which bisect_right reproduces.
+        pairs = template.debug_info
+        self._code_lines = [code for _, code in pairs]
+        self._source_lines = [source for source, _ in pairs]
+
+    def template_line(self, code_line: int) -> int:
+        index = bisect.bisect_right(self._code_lines, code_line) - 1
+        return self._source_lines[index] if index >= 0 else 1
+
+
 def render_with_spans(
     template: jinja2.Template,
     context: dict[str, Any],
@@ -93,6 +108,7 @@ def render_with_spans(
     """
     messages = context["messages"]
     identities = _Identities(messages, context.get("tools"))
+    lines = _LineMap(template)
     generator = template.generate(context)
     spans: list[Span] = []
     parts: list[str] = []
@@ -105,7 +121,7 @@ def render_with_spans(
         frame = _innermost_frame(generator)
         line = 0
         if frame is not None and frame.f_code.co_filename == "<template>":
-            line = template.get_corresponding_lineno(frame.f_lineno)
+            line = lines.template_line(frame.f_lineno)
         segment = identities.segment(frame, chunk)
         if segment is None:
             segment = last_segment if seen_message else "preamble"

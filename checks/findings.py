@@ -15,6 +15,7 @@ import jinja2
 from jinja2 import nodes
 
 from checks.reports import GENERATION_PROMPT, Finding, VariantResult
+from checks.template_ast import find
 
 # Loop attributes whose value for a message depends on how many messages follow it.
 _COUNT_DEPENDENT_LOOP_ATTRS = {"last", "revindex", "revindex0", "length"}
@@ -59,7 +60,7 @@ def _extent(node: nodes.Node) -> frozenset[int]:
 
 def _enclosing_ifs(ast: nodes.Template, inner: nodes.Node) -> frozenset[int]:
     scope: set[int] = set()
-    for condition in ast.find_all(nodes.If):
+    for condition in find(ast, nodes.If):
         if any(n is inner for n in condition.test.find_all(type(inner))) or condition.test is inner:
             scope |= _extent(condition)
     return frozenset(scope)
@@ -97,7 +98,7 @@ def _moving_markers(ast: nodes.Template) -> list[_Draft]:
             markers.setdefault(name, []).append(assign.lineno)
     drafts = []
     for name, lines in markers.items():
-        compares = [n for n in ast.find_all(nodes.Compare) if name in _names(n)]
+        compares = [n for n in find(ast, nodes.Compare) if name in _names(n)]
         scope: frozenset[int] = frozenset()
         for compare in compares:
             scope |= _enclosing_ifs(ast, compare)
@@ -115,7 +116,7 @@ def _moving_markers(ast: nodes.Template) -> list[_Draft]:
 
 def _loop_gating(ast: nodes.Template) -> list[_Draft]:
     drafts = []
-    for loop in ast.find_all(nodes.For):
+    for loop in find(ast, nodes.For):
         if not _is_messages_loop(loop):
             continue
         lines: set[int] = set()
@@ -162,7 +163,7 @@ def _consts(node: nodes.Node) -> Iterable[str]:
 
 def _thinking(ast: nodes.Template) -> list[_Draft]:
     stripped: set[int] = set()
-    for call in ast.find_all(nodes.Call):
+    for call in find(ast, nodes.Call):
         callee = call.node
         method = callee.attr if isinstance(callee, nodes.Getattr) else None
         if method in {"split", "replace", "strip", "rstrip", "lstrip"} and any(
@@ -171,7 +172,7 @@ def _thinking(ast: nodes.Template) -> list[_Draft]:
             stripped.add(call.lineno)
     injected: set[int] = set()
     injected_scope: set[int] = set()
-    for condition in ast.find_all(nodes.If):
+    for condition in find(ast, nodes.If):
         test_names = _names(condition.test)
         if not ({"enable_thinking", "add_generation_prompt"} & test_names):
             continue
@@ -207,7 +208,7 @@ def _thinking(ast: nodes.Template) -> list[_Draft]:
 
 def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
     drafts = []
-    for loop in ast.find_all(nodes.For):
+    for loop in find(ast, nodes.For):
         if not _is_messages_loop(loop):
             continue
         for condition in loop.find_all(nodes.If):
@@ -235,7 +236,7 @@ def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
 
 
 def _dates(ast: nodes.Template) -> list[_Draft]:
-    lines = sorted({n.lineno for n in ast.find_all(nodes.Name) if n.name in _DATE_NAMES})
+    lines = sorted({n.lineno for n in find(ast, nodes.Name) if n.name in _DATE_NAMES})
     if not lines:
         return []
     return [
@@ -249,7 +250,7 @@ def _dates(ast: nodes.Template) -> list[_Draft]:
 
 def _raises(ast: nodes.Template) -> list[_Draft]:
     drafts = []
-    for call in ast.find_all(nodes.Call):
+    for call in find(ast, nodes.Call):
         if isinstance(call.node, nodes.Name) and call.node.name == "raise_exception":
             text = " ".join(value for arg in call.args for value in _consts(arg)).strip()
             drafts.append(_Draft(RAISES, (call.lineno,), text or "raises on some inputs"))

@@ -15,6 +15,7 @@ import jinja2.meta
 from jinja2 import nodes
 
 from checks.sources import SPECIAL_TOKEN_NAMES
+from checks.template_ast import find
 
 # Names the caller (transformers, a serving engine) provides; never treated as user kwargs.
 PROVIDED_NAMES = frozenset(
@@ -57,10 +58,10 @@ class Variant:
 
 
 def _assigned(ast: nodes.Template) -> set[str]:
-    targets: list[Any] = list(ast.find_all((nodes.Assign, nodes.AssignBlock, nodes.For)))
+    targets: list[Any] = list(find(ast, (nodes.Assign, nodes.AssignBlock, nodes.For)))
     names = {n.name for node in targets for n in node.target.find_all(nodes.Name)}
     names |= {node.target.name for node in targets if isinstance(node.target, nodes.Name)}
-    for macro in ast.find_all(nodes.Macro):
+    for macro in find(ast, nodes.Macro):
         names |= {macro.name, *(arg.name for arg in macro.args)}
     return names
 
@@ -68,10 +69,10 @@ def _assigned(ast: nodes.Template) -> set[str]:
 def _expected_from_caller(ast: nodes.Template) -> set[str]:
     """Names tested with `is defined` or given a `default`: the template expects a caller value."""
     names: set[str] = set()
-    for test in ast.find_all(nodes.Test):
+    for test in find(ast, nodes.Test):
         if test.name in ("defined", "undefined") and isinstance(test.node, nodes.Name):
             names.add(test.node.name)
-    for filter_ in ast.find_all(nodes.Filter):
+    for filter_ in find(ast, nodes.Filter):
         if filter_.name in ("default", "d") and isinstance(filter_.node, nodes.Name):
             names.add(filter_.node.name)
     return names
@@ -115,7 +116,7 @@ def kwargs_read(ast: nodes.Template) -> list[str]:
 def _aliases(ast: nodes.Template, name: str) -> set[str]:
     """The kwarg's name and the variables set from it (`{% set effort = kwarg|default(...) %}`)."""
     aliases = {name}
-    for assign in ast.find_all(nodes.Assign):
+    for assign in find(ast, nodes.Assign):
         mentioned = {n.name for n in assign.node.find_all(nodes.Name)}
         if isinstance(assign.node, nodes.Name):
             mentioned.add(assign.node.name)
@@ -132,7 +133,7 @@ def _compared_values(ast: nodes.Template, name: str) -> list[Any]:
     """Constants the kwarg (or an alias of it) is compared with: its meaningful values."""
     aliases = _aliases(ast, name)
     values: list[Any] = []
-    for compare in ast.find_all(nodes.Compare):
+    for compare in find(ast, nodes.Compare):
         mentioned = {n.name for n in compare.find_all(nodes.Name)}
         mentioned |= {n.attr for n in compare.find_all(nodes.Getattr)}
         if not mentioned & aliases:
@@ -149,17 +150,17 @@ def _used_as_boolean(ast: nodes.Template, aliases: set[str]) -> bool:
     def is_alias(node: nodes.Node) -> bool:
         return isinstance(node, nodes.Name) and node.name in aliases
 
-    conditions: list[Any] = [*ast.find_all(nodes.If), *ast.find_all(nodes.CondExpr)]
+    conditions: list[Any] = [*find(ast, nodes.If), *find(ast, nodes.CondExpr)]
     if any(c.test is not None and is_alias(c.test) for c in conditions):
         return True
-    logic: list[Any] = list(ast.find_all((nodes.And, nodes.Or, nodes.Not)))
+    logic: list[Any] = list(find(ast, (nodes.And, nodes.Or, nodes.Not)))
     for node in logic:
         operands = [node.node] if isinstance(node, nodes.Not) else [node.left, node.right]
         if any(is_alias(operand) for operand in operands):
             return True
     return any(
         test.name in ("true", "false", "boolean") and is_alias(test.node)
-        for test in ast.find_all(nodes.Test)
+        for test in find(ast, nodes.Test)
     )
 
 
@@ -184,12 +185,12 @@ def reads_reasoning(ast: nodes.Template) -> bool:
 
 def reads_field(ast: nodes.Template, names: set[str]) -> bool:
     """Does the template read one of these keys from some value (`x.key` or `x['key']`)?"""
-    accesses: list[Any] = list(ast.find_all((nodes.Getattr, nodes.Getitem)))
+    accesses: list[Any] = list(find(ast, (nodes.Getattr, nodes.Getitem)))
     for node in accesses:
         key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
         if key in names and not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
             return True
-    for call in ast.find_all(nodes.Call):
+    for call in find(ast, nodes.Call):
         # message.get('reasoning_content')
         getter = isinstance(call.node, nodes.Getattr) and call.node.attr == "get"
         if getter and call.args and getattr(call.args[0], "value", None) in names:
