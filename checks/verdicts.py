@@ -185,7 +185,9 @@ def failure_rows(variants: Iterable[VariantResult]) -> tuple[Failure, ...]:
                         token_index=div.token_index if div else None,
                         segment=div.segment_before if div else None,
                         segment_next=div.segment_after if div else None,
-                        template_lines=(div.lines_before + div.lines_after) if div else (),
+                        template_lines=(
+                            tuple(dict.fromkeys(div.lines_before + div.lines_after)) if div else ()
+                        ),
                         detail=pair.detail,
                     )
                 )
