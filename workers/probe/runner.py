@@ -90,7 +90,12 @@ class ProbeSettings:
 
 
 def parse_conversations(job: dict[str, Any]) -> dict[str, list[ChatRequest]]:
-    """{name: [request, ...]} or {name: {"requests": [...], "tools": [...]}}, at least 2 each."""
+    """Each conversation as its requests (at least 2).
+
+    Accepted: {name: [request, ...]}, {name: {"requests": [...], "tools": [...]}}, or a whole
+    session {name: {"messages": [...], "tools": [...]}} cut into requests the way the check
+    engine cuts its sessions.
+    """
     from workers.probe.rendering import ChatRequest, parse_request
 
     raw = job.get("conversations")
@@ -100,12 +105,29 @@ def parse_conversations(job: dict[str, Any]) -> dict[str, list[ChatRequest]]:
     for name, conv in raw.items():
         tools = None
         if isinstance(conv, dict):
-            tools, conv = conv.get("tools"), conv.get("requests")
+            tools = conv.get("tools")
+            conv = (
+                conv["requests"] if "requests" in conv else session_requests(conv.get("messages"))
+            )
         if not isinstance(conv, list) or len(conv) < 2:
             raise ValueError(f"conversation {name!r} needs at least two requests")
         requests = [parse_request(r) for r in conv]
         out[str(name)] = [ChatRequest(r.messages, r.tools or tools) for r in requests]
     return out
+
+
+def session_requests(messages: Any) -> list[list[dict[str, Any]]]:
+    """The prefixes that end on a user or tool message followed by an assistant reply or by
+    nothing: the requests a client sends during that session."""
+    if not isinstance(messages, list):
+        raise ValueError("a session needs a list of messages")
+    requests = []
+    for i, message in enumerate(messages):
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        ends_request = message.get("role") in ("user", "tool")
+        if ends_request and (following is None or following.get("role") == "assistant"):
+            requests.append(list(messages[: i + 1]))
+    return requests
 
 
 def run_probe(job: dict[str, Any]) -> dict[str, Any]:
