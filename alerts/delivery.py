@@ -45,8 +45,8 @@ class Outcome:
 
 
 def backoff(attempts: int) -> float:
-    """30 s, 1, 2, 4 … minutes: eight attempts span about an hour."""
-    return float(min(30 * 2 ** max(attempts - 1, 0), 3600))
+    """30 s, 1, 2, 4 … 32 minutes: eight attempts span about an hour."""
+    return float(min(30 * 2 ** max(attempts - 1, 0), senders.RETRY_AFTER_MAX))
 
 
 def enqueue(task_name: str, pk: int) -> None:
@@ -113,10 +113,14 @@ def resend_stalled(limit: int = 200) -> int:
     count = 0
     with transaction.atomic():
         for model, task in ((Delivery, "send_delivery"), (Digest, "send_digest")):
-            pks = model.objects.filter(stalled).order_by("pk").values_list("pk", flat=True)
-            for pk in pks[:limit]:
+            pks = list(
+                model.objects.filter(stalled).order_by("pk").values_list("pk", flat=True)[:limit]
+            )
+            # Due now: the next sweep waits RESEND_AFTER again, so a long queue is not flooded.
+            model.objects.filter(pk__in=pks).update(next_attempt_at=timezone.now())
+            for pk in pks:
                 enqueue(task, pk)
-                count += 1
+            count += len(pks)
     return count
 
 

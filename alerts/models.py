@@ -213,10 +213,10 @@ class Subscription(models.Model):
         return self.get_rule_display()
 
     @property
-    def model_url(self) -> str | None:
-        from .notifications import model_url
+    def model_path(self) -> str | None:
+        from .notifications import model_path
 
-        return model_url(self.model.repo_id) if self.model is not None else None
+        return model_path(self.model.repo_id) if self.model is not None else None
 
     @property
     def feed_url(self) -> str | None:

@@ -26,12 +26,16 @@ def absolute(path: str) -> str:
     return f"{settings.SITE_URL}{path}"
 
 
-def model_url(repo_id: str) -> str:
+def model_path(repo_id: str) -> str:
     org, _, name = repo_id.partition("/")
     try:
-        return absolute(reverse("dashboard:model", args=[org, name]))
+        return reverse("dashboard:model", args=[org, name])
     except NoReverseMatch:
-        return absolute(f"/m/{quote(repo_id)}/")
+        return f"/m/{quote(repo_id)}/"
+
+
+def model_url(repo_id: str) -> str:
+    return absolute(model_path(repo_id))
 
 
 def diff_url(repo_id: str, old_sha256: str, new_sha256: str) -> str | None:

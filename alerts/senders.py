@@ -27,7 +27,8 @@ SCHEMA = "cachesafe.alert/1"
 #: Slack allows 50 blocks and Discord 10 embeds a message; a digest shows this many events.
 SLACK_MAX_EVENTS = 20
 DISCORD_MAX_EMBEDS = 10
-RETRY_AFTER_MAX = 3600
+#: Below the broker's visibility timeout (1 h), so a waiting retry is not redelivered early.
+RETRY_AFTER_MAX = 1800
 #: Gone for good: the webhook was deleted (Slack answers 404 no_service / 410 channel archived).
 DISABLING_CODES = frozenset({404, 410})
 RETRYABLE_CODES = frozenset({408, 425, 429})

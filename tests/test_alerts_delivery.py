@@ -291,4 +291,5 @@ def test_the_sweeper_resends_lost_sends_but_not_those_waiting_for_a_retry(
     )
     with django_capture_on_commit_callbacks(execute=True):
         assert delivery.resend_stalled() == 1
+        assert delivery.resend_stalled() == 0  # the next sweep gives the resent task time
     assert resent == [lost.pk]
