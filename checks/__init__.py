@@ -23,7 +23,13 @@ from checks.results_cache import (
     cache_key,
 )
 from checks.sandbox import SandboxError, SandboxLimits, SandboxPool, default_pool
-from checks.sources import SourceError, TemplateSource, load_source, sha256_text
+from checks.sources import (
+    SourceError,
+    TemplateSource,
+    load_repository,
+    load_source,
+    sha256_text,
+)
 
 __all__ = [
     "ENGINE_VERSION",
@@ -63,12 +69,12 @@ class CheckInput:
 def as_input(
     source: TemplateSource | str | Path, file: str | None, tokenizer_json: str | None
 ) -> CheckInput:
-    """Accept a TemplateSource, template text, or a path (`.jinja` or a JSON config)."""
+    """Accept a TemplateSource, template text, or a path (`.jinja`, a JSON config, a repository)."""
     if isinstance(source, TemplateSource):
         return CheckInput(source, file or source.origin, tokenizer_json)
     if isinstance(source, Path):
         try:
-            loaded = load_source(source)
+            loaded = load_repository(source) if source.is_dir() else load_source(source)
         except SourceError as exc:
             sha = sha256_bytes(source)
             return CheckInput(None, file or source.name, tokenizer_json, str(exc), sha)

@@ -46,6 +46,9 @@ class MemoryResultCache:
         self._reports: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._reports)
+
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             report = self._reports.get(key)

@@ -130,13 +130,18 @@ def source_from_template_text(
     return TemplateSource({"default": text}, dict(special_tokens or {}), origin=name)
 
 
-def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> TemplateSource:
-    """Load one file: a `.jinja` template or a JSON config; raises SourceError when unusable."""
+def read_text(path: Path) -> str:
+    """The exact text of a file; unreadable or non-UTF-8 files raise SourceError."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise SourceError(f"cannot read {path.name}: {exc.strerror}") from exc
-    text = decode_text(data, path.name)
+    return decode_text(data, path.name)
+
+
+def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> TemplateSource:
+    """Load one file: a `.jinja` template or a JSON config; raises SourceError when unusable."""
+    text = read_text(path)
     if path.suffix == ".json":
         source = source_from_config_text(text, path.name)
         if special_tokens and not source.special_tokens:
@@ -150,22 +155,25 @@ def load_repository(directory: Path) -> TemplateSource:
     config_path = directory / "tokenizer_config.json"
     config: dict[str, Any] = {}
     if config_path.is_file():
-        config = parse_json_object(decode_text(config_path.read_bytes(), config_path.name), "x")
+        config = parse_json_object(read_text(config_path), config_path.name)
     tokens = special_tokens_from_config(config)
     jinja_path = directory / "chat_template.jinja"
     if jinja_path.is_file():
-        templates = {"default": decode_text(jinja_path.read_bytes(), jinja_path.name)}
+        templates = {"default": read_text(jinja_path)}
         extra_dir = directory / "additional_chat_templates"
         if extra_dir.is_dir():
             for extra in sorted(extra_dir.glob("*.jinja")):
-                templates[extra.stem] = decode_text(extra.read_bytes(), extra.name)
+                templates[extra.stem] = read_text(extra)
         return TemplateSource(templates, tokens, origin=jinja_path.name)
     if "chat_template" in config:
         templates = templates_from_value(config["chat_template"], config_path.name)
         return TemplateSource(templates, tokens, origin=config_path.name)
     legacy = directory / "chat_template.json"
     if legacy.is_file():
-        legacy_config = parse_json_object(decode_text(legacy.read_bytes(), legacy.name), "x")
+        legacy_config = parse_json_object(read_text(legacy), legacy.name)
         templates = templates_from_value(legacy_config.get("chat_template"), legacy.name)
         return TemplateSource(templates, tokens, origin=legacy.name)
-    raise SourceError(f"{directory.name}: no chat_template.jinja, tokenizer_config.json template")
+    raise SourceError(
+        f"{directory.name}: no chat_template.jinja, tokenizer_config.json template "
+        "or chat_template.json"
+    )

@@ -1,0 +1,61 @@
+"""Where a model's template comes from, as transformers 5.x decides, hashed byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from checks.sources import SourceError, load_repository, load_source
+
+CRLF_TEMPLATE = b"{% for m in messages %}{{ m.content }}\r\n{% endfor %}"
+
+
+def test_jinja_file_wins_and_additional_templates_are_named(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.jinja").write_bytes(CRLF_TEMPLATE)
+    (tmp_path / "additional_chat_templates").mkdir()
+    (tmp_path / "additional_chat_templates" / "rag.jinja").write_text("{{ documents }}")
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": "ignored",
+                "bos_token": {"content": "<s>", "lstrip": False},
+                "eos_token": "</s>",
+                "pad_token": None,
+            }
+        )
+    )
+    source = load_repository(tmp_path)
+    assert source.origin == "chat_template.jinja"
+    assert source.names == ("default", "rag")
+    assert source.templates["default"].encode() == CRLF_TEMPLATE  # CRLF kept
+    assert source.special_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def test_config_then_legacy_processor_file(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": "legacy"}))
+    assert load_repository(tmp_path).origin == "chat_template.json"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "config"}))
+    source = load_repository(tmp_path)
+    assert (source.origin, source.templates) == ("tokenizer_config.json", {"default": "config"})
+
+
+def test_sha256_is_of_the_exact_template_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_bytes(CRLF_TEMPLATE)
+    assert load_source(path).sha256 == hashlib.sha256(CRLF_TEMPLATE).hexdigest()
+
+
+def test_named_list_keeps_its_names_and_order(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer_config.json"
+    entries = [{"name": "tool_use", "template": "b"}, {"name": "default", "template": "a"}]
+    path.write_text(json.dumps({"chat_template": entries}))
+    assert load_source(path).names == ("tool_use", "default")
+
+
+def test_repository_without_a_template_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    with pytest.raises(SourceError, match="no chat_template.jinja"):
+        load_repository(tmp_path)
