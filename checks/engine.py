@@ -355,7 +355,7 @@ def run_session(
 
         reasons_here = False
         if reasons and reply.get("reasoning_content"):
-            generation_prompt = prompts[k][len(history()) :]
+            generation_prompt = prompts[k][common_prefix(history(), prompts[k]) :]
             reasons_here = not generation_prompt_closes_thinking(generation_prompt)
         pairs.append(
             compare_pair(
