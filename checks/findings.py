@@ -248,12 +248,26 @@ def _dates(ast: nodes.Template) -> list[_Draft]:
     ]
 
 
+# What a raise_exception message constrains, by the words it uses (first match wins).
+_CONSTRAINTS = (
+    ("altern", "role alternation"),
+    ("system", "system message"),
+    (" id", "tool-call id format"),
+    ("tool", "tool calls"),
+    ("argument", "tool-call arguments"),
+    ("role", "roles"),
+)
+
+
 def _raises(ast: nodes.Template) -> list[_Draft]:
     drafts = []
     for call in find(ast, nodes.Call):
         if isinstance(call.node, nodes.Name) and call.node.name == "raise_exception":
             text = " ".join(value for arg in call.args for value in _consts(arg)).strip()
-            drafts.append(_Draft(RAISES, (call.lineno,), text or "raises on some inputs"))
+            lowered = text.lower()
+            constraint = next((c for word, c in _CONSTRAINTS if word in lowered), "input")
+            message = f"{text} [constraint: {constraint}]" if text else "raises on some input"
+            drafts.append(_Draft(RAISES, (call.lineno,), message))
     return drafts
 
 

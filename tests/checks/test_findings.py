@@ -126,3 +126,8 @@ def test_date_and_think_stripping_are_reported() -> None:
     # The template never reads a reasoning field: reasoning is not its concern, nothing breaks.
     assert stripped.status == "not_observed"
     assert report.verdict == SAFE
+
+
+def test_raise_exception_names_the_constraint() -> None:
+    report = check(ALTERNATION)
+    assert finding(report, RAISES).message.endswith("[constraint: role alternation]")
