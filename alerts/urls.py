@@ -23,10 +23,12 @@ urlpatterns = [
     path("subscriptions/<int:pk>/delete", views.subscription_delete, name="subscription_delete"),
     path("teams/new", views.team_create, name="team_create"),
     path("teams/<int:pk>/members", views.team_add_member, name="team_add_member"),
+    path("teams/<int:pk>/leave", views.team_leave, name="team_leave"),
     path("confirm/<str:token>/", views.confirm, name="confirm"),
     path("unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("login/link/", views.signin_request, name="signin_request"),
     path("login/link/<str:token>/", views.signin_link, name="signin_link"),
+    path("password/", views.PasswordView.as_view(), name="password"),
     path("logout/", auth_views.LogoutView.as_view(next_page="alerts:login"), name="logout"),
 ]

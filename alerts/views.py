@@ -7,16 +7,20 @@ mail providers POST without a cookie: its signed token is the proof.
 
 from __future__ import annotations
 
+import logging
+import smtplib
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm
+from django.core.mail import EmailMultiAlternatives
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -25,7 +29,20 @@ from . import delivery, emails, ratelimits, tokens
 from .forms import ChannelForm, MemberForm, SigninLinkForm, SubscriptionForm, TeamForm
 from .models import Channel, Subscription, Team
 
+logger = logging.getLogger(__name__)
+
 RECENT_DELIVERIES = 25
+
+
+def _mailed(request: HttpRequest, message: EmailMultiAlternatives) -> bool:
+    """Send a mail now; on a mail server failure say so on the next page instead of a 500."""
+    try:
+        message.send()
+    except (smtplib.SMTPException, OSError) as exc:
+        logger.warning("could not send %r: %s", message.subject, exc)
+        messages.error(request, "The mail could not be sent just now; please try again later.")
+        return False
+    return True
 
 
 def _limited(request: HttpRequest, what: str) -> HttpResponse:
@@ -74,8 +91,8 @@ def channel_create(request: HttpRequest) -> HttpResponse:
         if not ratelimits.allowed("confirmation_mail", request, channel.address):
             return _limited(request, "Too many confirmation mails; try again in an hour.")
         channel.save()
-        emails.confirmation_email(channel).send()
-        messages.info(request, f"We sent a confirmation link to {channel.address}.")
+        if _mailed(request, emails.confirmation_email(channel)):
+            messages.info(request, f"We sent a confirmation link to {channel.address}.")
     else:
         channel.confirmed_at = timezone.now()
         channel.save()
@@ -115,8 +132,8 @@ def channel_resend_confirmation(request: HttpRequest, pk: int) -> HttpResponse:
     if channel.is_email and channel.confirmed_at is None:
         if not ratelimits.allowed("confirmation_mail", request, channel.address):
             return _limited(request, "Too many confirmation mails; try again in an hour.")
-        emails.confirmation_email(channel).send()
-        messages.info(request, f"We sent a new confirmation link to {channel.address}.")
+        if _mailed(request, emails.confirmation_email(channel)):
+            messages.info(request, f"We sent a new confirmation link to {channel.address}.")
     return redirect("alerts:channel", pk=channel.pk)
 
 
@@ -176,6 +193,17 @@ def team_add_member(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("alerts:settings")
 
 
+@login_required
+@require_POST
+def team_leave(request: HttpRequest, pk: int) -> HttpResponse:
+    user: Any = request.user
+    team = get_object_or_404(Team, pk=pk, members=user)
+    team.members.remove(user)
+    if not team.members.exists():
+        team.delete()  # nobody left to own its channels
+    return redirect("alerts:settings")
+
+
 @require_http_methods(["GET", "POST"])
 def confirm(request: HttpRequest, token: str) -> HttpResponse:
     """GET asks, POST confirms: a mail scanner following the link confirms nothing."""
@@ -221,6 +249,21 @@ class LoginView(auth_views.LoginView):
         return {**super().get_context_data(**kwargs), "link_form": SigninLinkForm()}
 
 
+class PasswordView(auth_views.PasswordChangeView):
+    """Set a password (accounts made by a sign-in link have none) or change it."""
+
+    template_name = "alerts/password.html"
+    success_url = reverse_lazy("alerts:settings")
+
+    def get_form_class(self) -> Any:
+        user: Any = self.request.user
+        return PasswordChangeForm if user.has_usable_password() else SetPasswordForm
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        messages.info(self.request, "Password saved.")
+        return super().form_valid(form)
+
+
 @require_POST
 def signin_request(request: HttpRequest) -> HttpResponse:
     """Mail a one-time sign-in link (an account is created on its first use)."""
@@ -230,7 +273,10 @@ def signin_request(request: HttpRequest) -> HttpResponse:
     address = form.cleaned_data["email"]
     if not ratelimits.allowed("signin_mail", request, address):
         return _limited(request, "Too many sign-in mails; try again in an hour.")
-    emails.signin_email(address).send()
+    if not _mailed(request, emails.signin_email(address)):
+        text = "The mail could not be sent just now; please try again in a few minutes."
+        return render(request, "alerts/message.html", {"title": "Not sent", "text": text},
+                      status=503)  # fmt: skip
     text = f"We sent a sign-in link to {address}. It works once, for 15 minutes."
     return render(request, "alerts/message.html", {"title": "Check your mail", "text": text})
 

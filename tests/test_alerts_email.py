@@ -199,3 +199,17 @@ def test_sign_in_by_password(client: Client) -> None:
     )
     assert response.status_code == 302
     assert response.headers["Location"] == reverse("alerts:settings")
+
+
+def test_a_mail_server_failure_is_said_on_the_page_not_a_500(
+    client: Client, own_cache: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smtplib
+
+    def down(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise smtplib.SMTPServerDisconnected("connection unexpectedly closed")
+
+    monkeypatch.setattr("django.core.mail.EmailMultiAlternatives.send", down)
+    response = client.post(reverse("alerts:signin_request"), {"email": "new@example.com"})
+    assert response.status_code == 503
+    assert "could not be sent" in response.content.decode()

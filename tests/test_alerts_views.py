@@ -217,3 +217,27 @@ def test_the_subscribe_form_is_prefilled_from_a_model_page_link(client: Client) 
     client.force_login(alice)
     page = client.get(reverse("alerts:settings") + "?repo_id=Qwen/Qwen3-0.6B").content.decode()
     assert 'value="Qwen/Qwen3-0.6B"' in page
+
+
+def test_a_member_leaves_a_team_and_loses_its_channels(client: Client) -> None:
+    alice, bob = make_user("alice"), make_user("bob")
+    team = Team.objects.create(name="Serving")
+    team.members.add(alice, bob)
+    channel = Channel.objects.create(team=team, kind=ChannelKind.WEBHOOK, url="https://a.example/")
+    client.force_login(bob)
+    assert client.get(reverse("alerts:channel", args=[channel.pk])).status_code == 200
+    assert client.post(reverse("alerts:team_leave", args=[team.pk])).status_code == 302
+    assert client.get(reverse("alerts:channel", args=[channel.pk])).status_code == 404
+    assert list(team.members.all()) == [alice]
+
+
+def test_an_account_made_by_a_link_can_set_a_password(client: Client) -> None:
+    carol = make_user("carol")  # no usable password, as after a sign-in link
+    client.force_login(carol)
+    response = client.post(
+        reverse("alerts:password"),
+        {"new_password1": "correct horse battery 9", "new_password2": "correct horse battery 9"},
+    )
+    assert response.status_code == 302
+    carol.refresh_from_db()
+    assert carol.check_password("correct horse battery 9")
