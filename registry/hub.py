@@ -113,8 +113,11 @@ def _base_model(card: Any) -> str:
     return _text(value, 200)
 
 
-def unavailable_status(err: HfHubHTTPError) -> RepoUnavailable | None:
-    """Map an error answer to a repo status; None when it is not about access (retry later)."""
+def unavailable_status(err: HfHubHTTPError, *, about_repo: bool) -> RepoUnavailable | None:
+    """Map an error answer to a repo status; None when it is not about access (retry later).
+
+    A bare 404 means "missing" only for the repo itself (model info); for a commit, tree or
+    file of a repo that exists it is something to retry, not a verdict on the repo."""
     response = err.response
     status = response.status_code if response is not None else None
     code = response.headers.get("X-Error-Code", "") if response is not None else ""
@@ -129,7 +132,7 @@ def unavailable_status(err: HfHubHTTPError) -> RepoUnavailable | None:
         return RepoUnavailable("private", f"private: the Hub refused access ({status})")
     if status in (401, 403):
         return RepoUnavailable("private", f"private: the Hub refused access ({status})")
-    if status in (404, 410) and code in ("", "RepoNotFound"):
+    if status in (404, 410) and not code and about_repo:
         return RepoUnavailable("missing", f"not found on the Hub ({status})")
     return None
 
@@ -174,7 +177,7 @@ class HubClient:
             self.sleep(wait)
             waited += wait
 
-    def _call(self, what: str, request: Callable[[], T]) -> T:
+    def _call(self, what: str, request: Callable[[], T], *, about_repo: bool = False) -> T:
         """Run one HTTP request with the rate limit and retries; map access errors."""
         last = ""
         for attempt in range(1, self.max_attempts + 1):
@@ -183,7 +186,7 @@ class HubClient:
             try:
                 return request()
             except HfHubHTTPError as err:
-                unavailable = unavailable_status(err)
+                unavailable = unavailable_status(err, about_repo=about_repo)
                 if unavailable is not None:
                     raise unavailable from err
                 status = err.response.status_code if err.response is not None else None
@@ -247,6 +250,7 @@ class HubClient:
             lambda: self.api.model_info(
                 repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
             ),
+            about_repo=True,
         )
         files = {
             s.rfilename: FileInfo(

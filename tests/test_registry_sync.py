@@ -508,3 +508,14 @@ def test_a_bare_bones_hub_without_sha_or_error_codes_still_syncs(
     assert sync("org/plain-private").status == ModelStatus.PRIVATE
     assert sync("org/plain-missing").status == ModelStatus.MISSING
     assert sync("org/plain").outcome == "unchanged"
+
+
+def test_a_bare_404_on_a_file_is_retried_later_not_a_missing_repo(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/cdn-hiccup", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.inject("404", times=1, match="/resolve/")
+    with pytest.raises(HubUnavailable, match="404"):
+        sync("org/cdn-hiccup")
+    assert HubModel.objects.get(repo_id="org/cdn-hiccup").status == ModelStatus.PENDING
+    assert sync("org/cdn-hiccup").status == ModelStatus.OK

@@ -29,7 +29,7 @@ PAGE_SIZE_MODELS = 1000
 
 @dataclass
 class Fault:
-    kind: str  # "429", "500", "slow", "truncated"
+    kind: str  # "404" (bare, no error code), "429", "500", "slow", "truncated"
     times: int
     match: str = ""  # substring of the request path; "" matches everything
     retry_after: int = 1
@@ -165,6 +165,9 @@ class FakeHubHandler(BaseHTTPRequestHandler):
                         "RateLimit-Policy": '"fixed window";"api";q=1000;w=300',
                     },
                 )
+                return
+            if fault is not None and fault.kind == "404":
+                self._json(404, {"error": "Not Found"})
                 return
             if fault is not None and fault.kind == "500":
                 self._json(500, {"error": "Internal Error - We're working hard to fix this."})
@@ -546,7 +549,7 @@ class FakeHub:
         delay: float = 0.0,
     ) -> Fault:
         """Make the next `times` requests whose path contains `match` fail with `kind`."""
-        if kind not in ("429", "500", "slow", "truncated"):
+        if kind not in ("404", "429", "500", "slow", "truncated"):
             raise ValueError(f"unknown fault {kind!r}")
         fault = Fault(kind, times, match, retry_after, delay)
         with self.state.lock:
