@@ -140,3 +140,18 @@ def test_out_of_memory_is_named_whatever_raised_it() -> None:
     assert describe_failure(metal).startswith("out of memory: RuntimeError: [METAL]")
     assert describe_failure(MemoryError()).startswith("out of memory: MemoryError")
     assert describe_failure(ValueError("bad")) == "ValueError: bad"
+
+
+@pytest.mark.probe
+def test_server_that_does_not_come_up_is_an_error_in_its_result(
+    model_dirs: dict[str, Path],
+) -> None:
+    report = run_probe(
+        job(model_dirs["llama/chatml"], paths=["library", "server"], server_startup_timeout_s=0)
+    )
+    assert report["status"] == "ok"
+    results = by_path(report)
+    assert results[("library", "forced")]["verdict"] == "hit"
+    assert results[("server", "generated")]["error"] == (
+        "ServerError: mlx_lm.server not healthy after 0 s"
+    )

@@ -30,15 +30,9 @@ class LogprobComparison:
 
     @property
     def ok(self) -> bool:
-        return self.same_greedy and self.max_abs_delta <= self.threshold
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_abs_logprob_delta": round(self.max_abs_delta, 6),
-            "same_greedy_token": self.same_greedy,
-            "threshold": self.threshold,
-            "ok": self.ok,
-        }
+        # The threshold alone decides: a flipped argmax with a tiny delta is a near-tie (bf16 on
+        # Metal, other chunking), while a wrong cache moves log-probabilities by whole nats.
+        return self.max_abs_delta <= self.threshold
 
 
 def compare_logprobs(
