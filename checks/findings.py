@@ -74,7 +74,8 @@ def _loop_attrs(node: nodes.Node) -> Iterator[nodes.Getattr]:
 
 
 def _is_messages_loop(node: nodes.For) -> bool:
-    return "messages" in _names(node.iter)
+    """A loop over the conversation: `messages`, or a list derived from it (`loop_messages`)."""
+    return any("messages" in name for name in _names(node.iter))
 
 
 def _assigned_names(node: nodes.Node) -> Iterator[tuple[str, nodes.Node]]:
@@ -114,6 +115,32 @@ def _moving_markers(ast: nodes.Template) -> list[_Draft]:
     return drafts
 
 
+def _own_conditions(loop: nodes.For) -> list[Any]:
+    """If/CondExpr nodes whose `loop` is this loop's: not inside a nested for loop."""
+    nested: set[int] = set()
+    for inner in loop.find_all(nodes.For):
+        for child in [*inner.body, *inner.else_]:
+            nested |= {id(child), *(id(n) for n in child.find_all(nodes.Node))}
+    conditions: list[Any] = [*loop.find_all(nodes.If), *loop.find_all(nodes.CondExpr)]
+    return [c for c in conditions if id(c) not in nested]
+
+
+def _last_element(test: nodes.Node) -> bool:
+    """Does a test single out the last element of a list (`xs[-1]`, `xs | last`)?"""
+    for item in [test, *test.find_all(nodes.Getitem)]:
+        if isinstance(item, nodes.Getitem):
+            index = item.arg
+            if isinstance(index, nodes.Neg) or (
+                isinstance(index, nodes.Const) and isinstance(index.value, int) and index.value < 0
+            ):
+                return True
+    return any(
+        f.name == "last"
+        for f in [test, *test.find_all(nodes.Filter)]
+        if isinstance(f, nodes.Filter)
+    )
+
+
 def _loop_gating(ast: nodes.Template) -> list[_Draft]:
     drafts = []
     for loop in find(ast, nodes.For):
@@ -122,8 +149,7 @@ def _loop_gating(ast: nodes.Template) -> list[_Draft]:
         lines: set[int] = set()
         used: set[str] = set()
         scope: set[int] = set()
-        conditions: list[Any] = [*loop.find_all(nodes.If), *loop.find_all(nodes.CondExpr)]
-        for condition in conditions:
+        for condition in _own_conditions(loop):
             before = len(lines)
             for attr in _loop_attrs(condition.test):
                 if (
@@ -211,10 +237,12 @@ def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
     for loop in find(ast, nodes.For):
         if not _is_messages_loop(loop):
             continue
-        for condition in loop.find_all(nodes.If):
+        for condition in _own_conditions(loop):
+            if not isinstance(condition, nodes.If):
+                continue
             gated = {a.attr for a in _loop_attrs(condition.test)} & _COUNT_DEPENDENT_LOOP_ATTRS
             marker = any(_MARKER_NAME.search(n) for n in _names(condition.test))
-            if not (gated or marker):
+            if not (gated or marker or _last_element(condition.test)):
                 continue
             body_names: set[str] = set()
             for child in condition.body:
