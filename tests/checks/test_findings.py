@@ -131,3 +131,23 @@ def test_date_and_think_stripping_are_reported() -> None:
 def test_raise_exception_names_the_constraint() -> None:
     report = check(ALTERNATION)
     assert finding(report, RAISES).message.endswith("[constraint: role alternation]")
+
+
+# Tools written before the last user message, found through `user_messages[-1]`; the tool list's
+# own `loop.last` (a nested loop) only places commas and is no finding.
+LAST_USER_TOOLS = """{%- set user_messages = messages | selectattr('role', 'equalto', 'user') | list -%}
+{%- for m in messages -%}
+{%- if m.role == 'user' and tools and m == user_messages[-1] -%}
+[TOOLS]{% for t in tools %}{{ t.function.name }}{% if not loop.last %},{% endif %}{% endfor %}[/TOOLS]
+{%- endif -%}
+{{ m.role }}: {{ m.content }}
+{% endfor -%}
+{%- if add_generation_prompt %}assistant:{% endif -%}
+"""
+
+
+def test_last_element_tests_and_nested_loops() -> None:
+    report = check(LAST_USER_TOOLS)
+    moved = finding(report, MOVED_TO_LATER_MESSAGE)
+    assert (moved.lines, moved.status) == ((3,), "confirmed")
+    assert not [f for f in report.findings if f.kind == LOOP_POSITION_GATING]
