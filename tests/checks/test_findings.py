@@ -135,10 +135,10 @@ def test_raise_exception_names_the_constraint() -> None:
 
 # Tools written before the last user message, found through `user_messages[-1]`; the tool list's
 # own `loop.last` (a nested loop) only places commas and is no finding.
-LAST_USER_TOOLS = """{%- set user_messages = messages | selectattr('role', 'equalto', 'user') | list -%}
+LAST_USER_TOOLS = """{%- set users = messages | selectattr('role', 'equalto', 'user') | list -%}
 {%- for m in messages -%}
-{%- if m.role == 'user' and tools and m == user_messages[-1] -%}
-[TOOLS]{% for t in tools %}{{ t.function.name }}{% if not loop.last %},{% endif %}{% endfor %}[/TOOLS]
+{%- if m.role == 'user' and tools and m == users[-1] -%}
+[TOOLS]{% for t in tools %}{{ t.function.name }}{% if not loop.last %},{% endif %}{% endfor %}]
 {%- endif -%}
 {{ m.role }}: {{ m.content }}
 {% endfor -%}
