@@ -7,6 +7,7 @@ same commit writes nothing, so `sync_repo` is safe to redeliver (acks_late).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
@@ -49,31 +50,33 @@ def sync_repo(self: Task[Any, Any], model_pk: int, force: bool = False) -> str:
     return result.outcome
 
 
-@app.task(
-    name="hub.sync_stalest",
-    queue_name="hub",
-    acks_late=True,
-    soft_time_limit=BATCH_SECONDS + 60,
-    time_limit=BATCH_SECONDS + 120,
-)
+#: The batch jobs: bounded, acks_late (a rerun only repeats idempotent syncs), single-running.
+BATCH_OPTIONS: dict[str, Any] = {
+    "queue_name": "hub",
+    "acks_late": True,
+    "soft_time_limit": BATCH_SECONDS + 60,
+    "time_limit": BATCH_SECONDS + 120,
+}
+
+
+def _single_running(name: str, job: Callable[[], int]) -> int:
+    """Run `job` unless another run of `name` holds the lock (a duplicate beat tick)."""
+    with single_running(name, ttl=BATCH_SECONDS + 180) as mine:
+        return job() if mine else 0
+
+
+@app.task(name="hub.sync_stalest", **BATCH_OPTIONS)
 def sync_stalest_repos(limit: int = 200) -> int:
-    """Sync the repos synced longest ago (one request each when unchanged); single-running."""
-    with single_running("hub.sync_stalest", ttl=BATCH_SECONDS + 180) as mine:
-        if not mine:
-            return 0
-        return len(sync_stalest(limit, seconds=BATCH_SECONDS))
+    """Sync the repos synced longest ago (one request each when unchanged)."""
+    return _single_running(
+        "hub.sync_stalest", lambda: len(sync_stalest(limit, seconds=BATCH_SECONDS))
+    )
 
 
-@app.task(
-    name="hub.refresh_watches",
-    queue_name="hub",
-    acks_late=True,
-    soft_time_limit=BATCH_SECONDS + 60,
-    time_limit=BATCH_SECONDS + 120,
-)
+@app.task(name="hub.refresh_watches", **BATCH_OPTIONS)
 def refresh_watches(limit: int = 50) -> int:
     """Track the new repos of watched authors and queries (their first sync is queued)."""
-    with single_running("hub.refresh_watches", ttl=BATCH_SECONDS + 180) as mine:
-        if not mine:
-            return 0
-        return sum(len(new) for new in refresh_all_watches(limit).values())
+    return _single_running(
+        "hub.refresh_watches",
+        lambda: sum(len(new) for new in refresh_all_watches(limit).values()),
+    )

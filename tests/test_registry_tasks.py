@@ -1,0 +1,74 @@
+"""The hub-queue tasks, run in-process: one step at a time, bounded, single-running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from registry.hub import HubUnavailable
+from registry.models import HubModel, ModelStatus, Watch, WatchKind
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import tokenizer_config
+from tests.fakehub.fixtures import fake_hub, hub_settings
+from workers.hub import refresh_watches, sync_repo, sync_stalest_repos
+from workers.locks import single_running
+
+pytestmark = pytest.mark.django_db
+__all__ = ["fake_hub", "hub_settings"]
+
+
+@pytest.fixture
+def three_repos(fake_hub: FakeHub, hub_settings: Any) -> list[str]:
+    repo_ids = ["acme/a", "acme/b", "acme/c"]
+    for repo_id in repo_ids:
+        fake_hub.store.create_repo(repo_id)
+        fake_hub.store.add_commit(
+            repo_id, {"tokenizer_config.json": tokenizer_config(repo_id.encode(), None, None)}
+        )
+        HubModel.objects.track(repo_id, via="track")
+    return repo_ids
+
+
+def test_beat_sync_is_bounded_and_takes_the_stalest_first(
+    three_repos: list[str], fake_hub: FakeHub
+) -> None:
+    assert sync_stalest_repos(limit=2) == 2
+    synced = set(HubModel.objects.filter(status=ModelStatus.OK).values_list("repo_id", flat=True))
+    assert synced == {"acme/a", "acme/b"}
+    fake_hub.reset_log()
+    assert sync_stalest_repos(limit=2) == 2
+    # The never-synced one first, then the one synced longest ago (unchanged: one request).
+    assert HubModel.objects.get(repo_id="acme/c").status == ModelStatus.OK
+    assert [r.path for r in fake_hub.requests("acme/a")] == ["/api/models/acme/a"]
+    assert fake_hub.requests("acme/b") == []
+
+
+def test_beat_sync_does_nothing_while_another_run_holds_the_lock(three_repos: list[str]) -> None:
+    with single_running("hub.sync_stalest", ttl=60) as mine:
+        assert mine
+        assert sync_stalest_repos(limit=10) == 0
+    assert not HubModel.objects.filter(status=ModelStatus.OK).exists()
+
+
+def test_refresh_watches_tracks_new_repos(three_repos: list[str], fake_hub: FakeHub) -> None:
+    fake_hub.store.create_repo("acme/d")
+    Watch.objects.create(kind=WatchKind.AUTHOR, author="acme")
+    assert refresh_watches(limit=5) == 1
+    assert HubModel.objects.get(repo_id="acme/d").tracked_via == "watch"
+    assert refresh_watches(limit=5) == 0
+
+
+def test_sync_repo_of_a_deleted_row_does_nothing(hub_settings: Any) -> None:
+    assert sync_repo(123456) == "gone"
+
+
+def test_sync_repo_raises_for_a_retry_when_the_hub_is_down(
+    three_repos: list[str], fake_hub: FakeHub, hub_settings: Any
+) -> None:
+    hub_settings.HF_MAX_ATTEMPTS = 1
+    fake_hub.inject("500", times=5)
+    model = HubModel.objects.get(repo_id="acme/a")
+    with pytest.raises(HubUnavailable):
+        sync_repo(model.pk)
+    assert "500" in HubModel.objects.get(pk=model.pk).sync_error
