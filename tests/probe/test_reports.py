@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from workers.probe.reports import (
     ConversationResult,
@@ -80,3 +83,16 @@ def test_report_is_json_with_schema_version() -> None:
     data = json.loads(json.dumps(report.to_dict()))
     assert data["schema_version"] == 1
     assert data["results"][0]["pairs"][0]["correctness"]["ok"] is True
+
+
+def test_main_side_imports_without_mlx() -> None:
+    """The callback on the main side imports the runner and report types; mlx stays unloaded."""
+    code = (
+        "import sys, workers.probe.runner, workers.probe.reports, workers.probe.machine; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip() == "[]"
