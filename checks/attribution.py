@@ -9,6 +9,7 @@ debug info maps back to a template line. That frame's locals hold the loop varia
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,10 @@ def message_labels(messages: list[dict[str, Any]]) -> list[str]:
     return labels
 
 
+# "tools" as a word (AVAILABLE_TOOLS, <tools>, # Tools), not "tool_call" or "tool_calls".
+_TOOLS_WORD = re.compile(r"tools(?![a-z_])", re.IGNORECASE)
+
+
 class _Identities:
     def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None):
         labels = message_labels(messages)
@@ -60,6 +65,9 @@ class _Identities:
                 if isinstance(call, dict):
                     self.by_id[id(call)] = label
         self.tool_ids = {id(tool) for tool in tools or ()}
+        self.tool_ids |= {
+            id(tool.get("function")) for tool in tools or () if isinstance(tool, dict)
+        }
         self.tool_names = [
             str(tool.get("function", {}).get("description", ""))
             for tool in tools or ()
@@ -68,16 +76,20 @@ class _Identities:
         self.keep_alive = (messages, tools)
 
     def segment(self, frame: Any, chunk: str) -> str | None:
-        if frame is not None:
-            # Innermost loop variables come last in the compiled code's locals; prefer them.
-            for value in reversed(list(frame.f_locals.values())):
-                label = self.by_id.get(id(value))
-                if label is not None:
-                    return label
-                if id(value) in self.tool_ids:
-                    return "tools"
-        if any(name and name in chunk for name in self.tool_names):
+        values = list(frame.f_locals.values()) if frame is not None else []
+        # A tools block is often written inside a message's iteration (Mistral puts it in the
+        # last user turn): a tool in scope, or a chunk naming the tool list, wins over the message.
+        if any(id(value) in self.tool_ids for value in values):
             return "tools"
+        if self.tool_ids and (
+            _TOOLS_WORD.search(chunk) or any(name and name in chunk for name in self.tool_names)
+        ):
+            return "tools"
+        # Innermost loop variables come last in the compiled code's locals; prefer them.
+        for value in reversed(values):
+            label = self.by_id.get(id(value))
+            if label is not None:
+                return label
         return None
 
 

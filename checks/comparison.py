@@ -104,6 +104,10 @@ def _divergence(
     )
 
 
+def _named(segment: str) -> str:
+    return {"tools": "the tools block", "system": "the system prompt"}.get(segment, segment)
+
+
 def _reply_check(pair: PairInput) -> tuple[str, str, int] | None:
     """When P_k is a prefix of P_k+1: does the continuation start with the reply as emitted?
 
@@ -175,7 +179,9 @@ def compare_pair(pair: PairInput) -> RequestPair:
         history_end = common_prefix(history, prompt)
         divergence = _divergence(pair, offset, history_end, token_index)
         if offset < history_end:
-            detail = f"{divergence.segment_before} is written differently once a turn is added"
+            detail = (
+                f"{_named(divergence.segment_before)} is written differently once a turn is added"
+            )
             return result("fail", HISTORY, detail, divergence, offset)
         detail = (
             f"the generation prompt {prompt[history_end:]!r} is not what history writes "

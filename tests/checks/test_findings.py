@@ -101,6 +101,10 @@ def test_tools_moved_to_the_last_user_message() -> None:
     assert moved.lines == (3,)
     assert moved.status == "confirmed"
     assert any(item.endswith("chat_with_tools pair 1") for item in moved.evidence)
+    (failure, *_) = [f for f in report.failures if f.session == "chat_with_tools"]
+    # "[TOOLS]…" against "[INST]…": the same first byte, then the tools block moves away.
+    assert (failure.byte_offset, failure.segment, failure.segment_next) == (1, "tools", "user 1")
+    assert failure.detail == "the tools block is written differently once a turn is added"
     # Without tools the same template is prefix-stable.
     (variant,) = report.variants
     chat = next(s for s in variant.sessions if s.session == "chat_no_system")
