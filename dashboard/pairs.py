@@ -74,12 +74,18 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
+_WHITESPACE = re.compile(r" +|\t|\r")
+_SHOWN = {"\t": "→", "\r": "␍"}
+
+
 def _whitespace(escaped: str) -> str:
-    return (
-        escaped.replace(" ", '<span class="ws"> </span>')
-        .replace("\t", '<span class="ws tab">\t</span>')
-        .replace("\r", '<span class="ws cr">\r</span>')
-    )
+    """Runs of spaces become one muted run of dots (one element per run keeps pages small)."""
+
+    def shown(match: re.Match[str]) -> str:
+        text = match.group()
+        return f'<span class="ws">{_SHOWN.get(text, "·" * len(text))}</span>'
+
+    return _WHITESPACE.sub(shown, escaped)
 
 
 def _lines(text: str, spans: list[dict[str, int]], offset: int, side: str) -> list[RenderLine]:
