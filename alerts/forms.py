@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 
 from registry.models import HubModel, validate_repo_id
 
+from . import outbound
 from .models import (
     Channel,
     ChannelKind,
@@ -54,8 +55,12 @@ class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
                 self.add_error("address", "An email channel needs an address.")
             data["url"] = ""
         elif kind:
-            if not data.get("url"):
+            url = data.get("url")
+            if not url:
                 self.add_error("url", "A webhook channel needs its URL.")
+            elif kind_of_address := outbound.literal_refusal(url):
+                # Only a courtesy: the client checks every address again at send time, after DNS.
+                self.add_error("url", f"Webhooks cannot go to a {kind_of_address} address.")
             data["address"] = ""
         return data
 

@@ -74,6 +74,17 @@ def refusal(address: str) -> str | None:
     return None if ip.is_global else "non-public"
 
 
+def literal_refusal(url: str) -> str | None:
+    """Why a URL's host is refused when that shows without DNS (an IP literal, localhost)."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return None if settings.ALERTS_ALLOW_LOOPBACK else "loopback"
+    try:
+        return refusal(host)
+    except ValueError:
+        return None  # a name: judged at send time, after DNS
+
+
 def vetted_address(host: str, port: int) -> str:
     """The address to connect to; raises Refused if any address of `host` is not public."""
     try:

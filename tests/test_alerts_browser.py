@@ -49,6 +49,7 @@ def test_sign_in_add_a_webhook_and_subscribe_to_a_model(page: Any, live_server: 
     row = page.locator("tr", has_text="Qwen/Qwen3-0.6B")
     expect(row).to_contain_text("Template changed, Verdict changed, Repo gated or gone")
     sub = Subscription.objects.get()
+    assert sub.model is not None
     assert (sub.model.repo_id, sub.on_probe, sub.channel.kind) == ("Qwen/Qwen3-0.6B", False,
                                                                    ChannelKind.SLACK)  # fmt: skip
     screenshot(page, "alerts-settings")

@@ -293,3 +293,16 @@ def test_the_sweeper_resends_lost_sends_but_not_those_waiting_for_a_retry(
         assert delivery.resend_stalled() == 1
         assert delivery.resend_stalled() == 0  # the next sweep gives the resent task time
     assert resent == [lost.pk]
+
+
+def test_beat_entries_name_real_notify_tasks() -> None:
+    from workers.celery import app
+    from workers.schedule import DEFAULT_SCHEDULE
+
+    jobs = [job for job in DEFAULT_SCHEDULE if job.task.startswith("alerts.")]
+    assert {job.task for job in jobs} == {"alerts.dispatch_events", "alerts.send_due_digests"}
+    for job in jobs:
+        assert job.queue == "notify"
+        assert app.tasks[job.task].queue_name == "notify"  # type: ignore[attr-defined]
+    for name in ("claim_event", "send_delivery", "send_digest", "send_test"):
+        assert app.tasks[f"alerts.{name}"].queue_name == "notify"  # type: ignore[attr-defined]

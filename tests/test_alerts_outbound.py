@@ -26,7 +26,7 @@ def connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         opened.append(address)
         return real(address, *args, **kwargs)
 
-    monkeypatch.setattr(outbound.socket, "create_connection", record)
+    monkeypatch.setattr(socket, "create_connection", record)
     return opened
 
 

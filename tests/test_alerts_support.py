@@ -57,7 +57,7 @@ def subscribe(channel: Channel, *, model: HubModel | None = None, author: str = 
         SubscriptionTarget.MODEL if model else
         SubscriptionTarget.AUTHOR if author else SubscriptionTarget.RULE
     )  # fmt: skip
-    user = channel.owner or channel.team.members.first()  # type: ignore[union-attr]
+    user: Any = channel.owner or channel.team.members.first()  # type: ignore[union-attr]
     return Subscription.objects.create(
         user=user, channel=channel, target=target, model=model, author=author, rule=rule, **flags
     )

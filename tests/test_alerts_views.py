@@ -241,3 +241,14 @@ def test_an_account_made_by_a_link_can_set_a_password(client: Client) -> None:
     assert response.status_code == 302
     carol.refresh_from_db()
     assert carol.check_password("correct horse battery 9")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/meta-data/", "http://10.0.0.7/hook", "http://localhost/"]
+)
+def test_a_webhook_to_a_private_address_is_refused_when_added(client: Client, url: str) -> None:
+    client.force_login(make_user("alice"))
+    response = client.post(reverse("alerts:channel_create"), {"kind": "webhook", "url": url})
+    assert response.status_code == 400
+    assert "Webhooks cannot go to a" in response.content.decode()
+    assert not Channel.objects.exists()

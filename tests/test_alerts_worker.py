@@ -96,7 +96,8 @@ def test_a_template_change_upstream_alerts_each_subscriber_exactly_once(
         sync_repo.delay(model.pk)
         wait_for(lambda: TemplateChange.objects.count() == changes, 60, f"{changes} change(s)")
         dispatch_template_changes.delay()
-        return wait_for(lambda: claimed(changes), 60, "the event to be claimed")
+        event: ModelEvent = wait_for(lambda: claimed(changes), 60, "the event to be claimed")
+        return event
 
     sync_and_dispatch(1)  # the first sync: nobody is subscribed yet
     alice, bob, carol, dave = (make_user(n) for n in ("alice", "bob", "carol", "dave"))
