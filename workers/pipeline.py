@@ -8,7 +8,9 @@ its result updates every model that uses the version and records an event when a
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -73,50 +75,92 @@ def request_check(version: TemplateVersion, *, force: bool = False) -> CheckRun:
     return run
 
 
-def claim_template_change(change_id: int) -> bool:
-    """Act on a template change exactly once: event, then a check of the new version."""
+def claim_template_changes(*, ids: Iterable[int] | None = None, limit: int = 500) -> int:
+    """Act on unclaimed template changes exactly once: an event each, a check per new version.
+
+    Claimed in one transaction with SKIP LOCKED, so concurrent dispatchers (two beat ticks, a
+    signal and a tick) split the work instead of doing it twice. Returns how many it claimed.
+    """
     with transaction.atomic():
-        won = (
-            TemplateChange.objects.filter(pk=change_id, checks_claimed_at__isnull=True).update(
-                checks_claimed_at=timezone.now()
+        pending = TemplateChange.objects.filter(checks_claimed_at__isnull=True)
+        if ids is not None:
+            pending = pending.filter(pk__in=list(ids))
+        claimed = list(
+            pending.select_for_update(skip_locked=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not claimed:
+            return 0
+        TemplateChange.objects.filter(pk__in=claimed).update(checks_claimed_at=timezone.now())
+        changes = list(
+            TemplateChange.objects.filter(pk__in=claimed).select_related(
+                "model", "old_version", "new_version"
             )
-            == 1
         )
-        if not won:
-            return False
-        change = TemplateChange.objects.select_related("model", "new_version", "old_version").get(
-            pk=change_id
+        ModelEvent.objects.bulk_create(
+            [_template_event(change) for change in changes], ignore_conflicts=True
         )
-        old = change.old_version.sha256[:12] if change.old_version else "none"
-        new = change.new_version.sha256[:12] if change.new_version else "none"
-        ModelEvent.record(
-            change.model_id,
-            EventKind.TEMPLATE_CHANGED,
-            key=f"template:{change.pk}",
-            summary=f"{change.model.repo_id}: chat template changed ({old} → {new})",
-            data={
-                "change_id": change.pk,
-                "commit": change.commit_sha,
-                "title": change.title,
-                "old_sha256": change.old_version.sha256 if change.old_version else None,
-                "new_sha256": change.new_version.sha256 if change.new_version else None,
-            },
-        )
-        if change.new_version is not None:
-            request_check(change.new_version)
+        versions = {c.new_version_id: c.new_version for c in changes if c.new_version}
+        runs = {run.template_version_id: run for run in request_checks(versions.values())}
+        done = [v for v, run in runs.items() if run.status == CheckStatus.DONE]
+        if done:
             # Already checked (a template shared with other models): the verdict applies now.
-            refresh_model_verdicts([change.new_version.pk])
-    return True
+            refresh_model_verdicts(
+                done, model_ids=[c.model_id for c in changes if c.new_version_id in done]
+            )
+    return len(claimed)
 
 
-def dispatch_template_changes(limit: int = 200) -> int:
-    """Claim up to `limit` unclaimed template changes; return how many this call handled."""
-    ids = list(
-        TemplateChange.objects.filter(checks_claimed_at__isnull=True)
-        .order_by("id")
-        .values_list("id", flat=True)[:limit]
+def _template_event(change: TemplateChange) -> ModelEvent:
+    old = change.old_version.sha256 if change.old_version else None
+    new = change.new_version.sha256 if change.new_version else None
+    return ModelEvent(
+        model_id=change.model_id,
+        kind=EventKind.TEMPLATE_CHANGED,
+        key=f"template:{change.pk}",
+        summary=f"{change.model.repo_id}: chat template changed "
+        f"({old[:12] if old else 'none'} → {new[:12] if new else 'none'})",
+        data={
+            "change_id": change.pk,
+            "commit": change.commit_sha,
+            "title": change.title,
+            "old_sha256": old,
+            "new_sha256": new,
+        },
     )
-    return sum(claim_template_change(change_id) for change_id in ids)
+
+
+def request_checks(versions: Iterable[TemplateVersion]) -> list[CheckRun]:
+    """`request_check` for many versions at once: one insert, one send per new run."""
+    ids = [v.pk for v in versions]
+    existing = CheckRun.objects.filter(
+        template_version__in=ids, engine_version=ENGINE_VERSION, tokenizer_sha=""
+    )
+    have = set(existing.values_list("template_version_id", flat=True))
+    CheckRun.objects.bulk_create(
+        [
+            CheckRun(template_version_id=v, engine_version=ENGINE_VERSION, tokenizer_sha="")
+            for v in ids
+            if v not in have
+        ],
+        ignore_conflicts=True,
+    )
+    runs = list(existing.all())
+    for run in runs:
+        if run.template_version_id not in have:
+            send_check(run.pk)
+    return runs
+
+
+def claim_template_change(change_id: int) -> bool:
+    """Act on one template change (the registry's signal): True if this call claimed it."""
+    return claim_template_changes(ids=[change_id], limit=1) == 1
+
+
+def dispatch_template_changes(limit: int = 500) -> int:
+    """Claim up to `limit` unclaimed template changes; return how many this call handled."""
+    return claim_template_changes(limit=limit)
 
 
 def versions_in_use() -> Any:
@@ -133,8 +177,7 @@ def request_missing_checks(limit: int = 500) -> int:
     checked = CheckRun.objects.filter(engine_version=ENGINE_VERSION).values("template_version")
     versions = list(versions_in_use().exclude(pk__in=checked).order_by("pk")[:limit])
     with transaction.atomic():
-        for version in versions:
-            request_check(version)
+        request_checks(versions)
     return len(versions)
 
 
@@ -174,7 +217,7 @@ def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
     with transaction.atomic():
         run = CheckRun.objects.select_for_update().select_related("template_version").get(pk=run_id)
         version = run.template_version
-        before = {m.pk: m.verdict for m in _models_using([version.pk])}
+        before = dict(_models_using([version.pk], None).values_list("pk", "verdict"))
         parsed = TemplateReport.from_dict(report)
         if parsed.engine_version != run.engine_version:
             raise ValueError(f"report of engine {parsed.engine_version} for run {run.pk}")
@@ -184,62 +227,109 @@ def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
         return refresh_model_verdicts([version.pk], before=before)
 
 
-def _models_using(version_ids: Iterable[int]) -> Any:
-    ids = list(version_ids)
-    return (
-        HubModel.objects.filter(
-            Q(current_snapshot__default_template__in=ids)
-            | Q(current_snapshot__named_templates__version__in=ids)
-        )
-        .distinct()
-        .select_related("current_snapshot")
+def _models_using(version_ids: list[int], model_ids: Iterable[int] | None) -> Any:
+    models = HubModel.objects.filter(
+        Q(current_snapshot__default_template__in=version_ids)
+        | Q(current_snapshot__named_templates__version__in=version_ids)
     )
+    if model_ids is not None:
+        models = models.filter(pk__in=list(model_ids))
+    return models.distinct()
+
+
+@dataclass(frozen=True)
+class _Target:
+    verdict: str
+    summary: str
+    run_id: int
+
+
+def _targets(rows: list[dict[str, Any]]) -> dict[int, _Target | None]:
+    """The verdict each model should show: the worst of its named templates' checks (None while
+    one of them is unchecked)."""
+    snapshot_ids = [row["current_snapshot_id"] for row in rows]
+    named: dict[int, dict[str, int]] = defaultdict(dict)
+    for snapshot_id, name, version_id in NamedTemplate.objects.filter(
+        snapshot_id__in=snapshot_ids
+    ).values_list("snapshot_id", "name", "version_id"):
+        named[snapshot_id][name] = version_id
+    wanted = {v for row in rows for v in named[row["current_snapshot_id"]].values()}
+    wanted |= {row["current_snapshot__default_template_id"] for row in rows}
+    runs = {
+        run.template_version_id: run
+        for run in CheckRun.objects.filter(
+            template_version__in=wanted, engine_version=ENGINE_VERSION, status=CheckStatus.DONE
+        ).only("id", "template_version_id", "verdict", "summary")
+    }
+    targets: dict[int, _Target | None] = {}
+    for row in rows:
+        default = row["current_snapshot__default_template_id"]
+        names = named[row["current_snapshot_id"]]
+        needed = {default, *names.values()}
+        if not needed <= runs.keys():
+            targets[row["pk"]] = None
+            continue
+        worst = max((runs[v] for v in needed), key=lambda r: VERDICT_SEVERITY[Verdict(r.verdict)])
+        summary = runs[default].summary
+        if worst.template_version_id != default:
+            name = next(n for n, v in names.items() if v == worst.template_version_id)
+            summary = f"{summary} Its “{name}” template: {worst.summary}"
+        targets[row["pk"]] = _Target(worst.verdict, summary, worst.pk)
+    return targets
 
 
 def refresh_model_verdicts(
-    version_ids: Iterable[int], *, before: dict[int, str] | None = None
+    version_ids: Iterable[int],
+    *,
+    model_ids: Iterable[int] | None = None,
+    before: dict[int, str] | None = None,
 ) -> list[int]:
     """Recompute the verdict of the models using these versions; record flips as events.
 
-    `before` holds the verdicts as they were before the caller changed anything.
+    `before` holds the verdicts as they were before the caller changed anything. Models that
+    end with the same verdict and summary are updated in one statement per group, so a template
+    shared by thousands of models costs a handful of queries.
     """
-    flipped = []
-    for model in _models_using(version_ids):
-        snapshot = model.current_snapshot
-        assert snapshot is not None
-        named = dict(snapshot.named_templates.values_list("name", "version_id"))
-        wanted = {snapshot.default_template_id, *named.values()}
-        runs = {
-            run.template_version_id: run
-            for run in CheckRun.objects.filter(
-                template_version__in=wanted,
-                engine_version=ENGINE_VERSION,
-                status=CheckStatus.DONE,
-            )
-        }
-        if set(runs) != wanted:
-            # Wait until every named template is checked; until then the model keeps the
-            # verdict it had (record_check wrote the default template's alone).
-            if before is not None and model.pk in before and model.verdict != before[model.pk]:
-                HubModel.objects.filter(pk=model.pk).update(verdict=before[model.pk])
+    rows = list(
+        _models_using(list(version_ids), model_ids).values(
+            "pk", "repo_id", "verdict", "verdict_summary", "current_snapshot_id",
+            "current_snapshot__default_template_id",
+        )
+    )  # fmt: skip
+    targets = _targets(rows)
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    restore: dict[str, list[int]] = defaultdict(list)
+    events: list[ModelEvent] = []
+    now = timezone.now()
+    for row in rows:
+        target = targets[row["pk"]]
+        old = (before or {}).get(row["pk"], row["verdict"])
+        if target is None:
+            # Until every named template is checked the model keeps the verdict it had
+            # (record_check wrote the default template's alone).
+            if row["verdict"] != old:
+                restore[old].append(row["pk"])
             continue
-        worst = max(runs.values(), key=lambda r: VERDICT_SEVERITY.get(Verdict(r.verdict), 0))
-        summary = runs[snapshot.default_template_id].summary
-        if len(wanted) > 1 and worst.template_version_id != snapshot.default_template_id:
-            name = next(n for n, v in named.items() if v == worst.template_version_id)
-            summary = f"{summary} Its “{name}” template: {worst.summary}"
-        old = (before or {}).get(model.pk, model.verdict)
-        if model.verdict != worst.verdict or model.verdict_summary != summary:
-            HubModel.objects.filter(pk=model.pk).update(
-                verdict=worst.verdict, verdict_summary=summary, verdict_updated_at=timezone.now()
+        if (row["verdict"], row["verdict_summary"]) != (target.verdict, target.summary):
+            groups[(target.verdict, target.summary)].append(row["pk"])
+        if old != target.verdict and old != Verdict.PENDING:
+            events.append(
+                ModelEvent(
+                    model_id=row["pk"],
+                    kind=EventKind.VERDICT_CHANGED,
+                    key=f"verdict:{row['pk']}:{target.run_id}:{old}:{target.verdict}",
+                    summary=f"{row['repo_id']}: {Verdict(old).label} → "
+                    f"{Verdict(target.verdict).label}",
+                    data={"old": old, "new": target.verdict, "check_run_id": target.run_id},
+                    created_at=now,
+                )
             )
-        if old != worst.verdict and old != Verdict.PENDING:
-            flipped.append(model.pk)
-            ModelEvent.record(
-                model.pk,
-                EventKind.VERDICT_CHANGED,
-                key=f"verdict:{model.pk}:{worst.pk}:{old}:{worst.verdict}",
-                summary=f"{model.repo_id}: {Verdict(old).label} → {Verdict(worst.verdict).label}",
-                data={"old": old, "new": worst.verdict, "check_run_id": worst.pk},
-            )
-    return flipped
+    for (verdict, summary), ids in groups.items():
+        HubModel.objects.filter(pk__in=ids).update(
+            verdict=verdict, verdict_summary=summary, verdict_updated_at=now
+        )
+    for verdict, ids in restore.items():
+        HubModel.objects.filter(pk__in=ids).update(verdict=verdict)
+    # ignore_conflicts: a retried store records nothing twice (`key` is unique).
+    ModelEvent.objects.bulk_create(events, ignore_conflicts=True, batch_size=1000)
+    return [event.model_id for event in events]
