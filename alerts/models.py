@@ -121,11 +121,12 @@ class Channel(models.Model):
 
     @property
     def display_target(self) -> str:
-        """The address, or a webhook URL without its path (Slack and Discord paths are secrets)."""
+        """The address, or a webhook URL without path and query (they often hold its secret)."""
         if self.is_email:
             return self.address
         parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") else self.url
+        secret = parts.path.strip("/") or parts.query or parts.fragment
+        return f"{parts.scheme}://{parts.netloc}/…" if secret else self.url
 
     def disable(self, reason: str) -> None:
         """Stop sending here; the reason is shown to the owner on the settings page."""
