@@ -42,7 +42,7 @@ from checks.rendering import (
     render,
     template_context,
 )
-from checks.reports import ERROR, SessionResult, TemplateReport, VariantResult
+from checks.reports import ERROR, Finding, SessionResult, TemplateReport, VariantResult
 from checks.seedcheck import run_seed_check
 from checks.sources import TemplateSource
 from checks.variants import (
@@ -414,6 +414,18 @@ def error_report(
     )
 
 
+def _date_note(found: tuple[Finding, ...]) -> str:
+    """Dates are the caller's clock, not a render difference: say so beside the verdict."""
+    for finding in found:
+        if finding.kind == findings.DATE_DEPENDENT:
+            lines = ", ".join(map(str, finding.lines))
+            return (
+                f" The prompt includes the current date (template line {lines}): a cached "
+                "prefix stops matching when the date changes."
+            )
+    return ""
+
+
 def _memoized(
     tokens: Callable[[str], list[int]] | None,
 ) -> Callable[[str], list[int]] | None:
@@ -493,7 +505,7 @@ def run_check(
         sha256=source.sha256,
         engine_version=ENGINE_VERSION,
         verdict=verdict,
-        summary=verdicts.summarize(verdict, variants),
+        summary=verdicts.summarize(verdict, variants) + _date_note(linked),
         reason=verdicts.error_reason(variants) if verdict == ERROR else None,
         template_names=source.names,
         kwargs_read=tuple(read),

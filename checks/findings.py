@@ -22,7 +22,8 @@ _COUNT_DEPENDENT_LOOP_ATTRS = {"last", "revindex", "revindex0", "length"}
 _POSITION_LOOP_ATTRS = {"index", "index0"}
 _MARKER_NAME = re.compile(r"last|latest|final", re.IGNORECASE)
 _THINK_TEXT = re.compile(r"think|reasoning", re.IGNORECASE)
-_DATE_NAMES = {"strftime_now", "date_string", "current_date", "today", "now"}
+# Dates the caller may pass; a template falling back to a fixed default stays stable without one.
+_CALLER_DATE_NAMES = {"date_string", "current_date", "today_date"}
 
 MOVING_MARKER = "moving_marker"
 LOOP_POSITION_GATING = "loop_position_gating"
@@ -30,6 +31,7 @@ THINKING_STRIPPED = "thinking_stripped"
 THINKING_INJECTED = "thinking_injected"
 MOVED_TO_LATER_MESSAGE = "moved_to_later_message"
 DATE_DEPENDENT = "date_dependent"
+CALLER_DATE = "caller_date"
 RAISES = "raise_exception"
 
 
@@ -264,16 +266,27 @@ def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
 
 
 def _dates(ast: nodes.Template) -> list[_Draft]:
-    lines = sorted({n.lineno for n in find(ast, nodes.Name) if n.name in _DATE_NAMES})
-    if not lines:
-        return []
-    return [
-        _Draft(
-            DATE_DEPENDENT,
-            tuple(lines),
-            "the prompt includes the current date: the cached prefix expires every day",
+    drafts = []
+    clock = sorted({n.lineno for n in find(ast, nodes.Name) if n.name == "strftime_now"})
+    if clock:
+        drafts.append(
+            _Draft(
+                DATE_DEPENDENT,
+                tuple(clock),
+                "strftime_now writes today's date into the prompt: the cached prefix stops "
+                "matching when the date changes",
+            )
         )
-    ]
+    passed = sorted({n.lineno for n in find(ast, nodes.Name) if n.name in _CALLER_DATE_NAMES})
+    if passed:
+        drafts.append(
+            _Draft(
+                CALLER_DATE,
+                tuple(passed),
+                "the prompt includes a date the caller may pass: keep it fixed within a session",
+            )
+        )
+    return drafts
 
 
 # What a raise_exception message constrains, by the words it uses (first match wins).
@@ -337,7 +350,7 @@ def link_findings(drafts: list[_Draft], variants: tuple[VariantResult, ...]) -> 
                     )
                     if by_cause or draft.covers(div.lines_before + div.lines_after):
                         evidence.append(f"{variant.label}: {session.session} pair {pair.index}")
-        if draft.kind == DATE_DEPENDENT:
+        if draft.kind in (DATE_DEPENDENT, CALLER_DATE):
             status = "informational"
         else:
             status = "confirmed" if evidence else "not_observed"

@@ -125,6 +125,10 @@ def test_date_and_think_stripping_are_reported() -> None:
     report = check(DATED_AND_STRIPPED)
     date = finding(report, DATE_DEPENDENT)
     assert (date.lines, date.status) == ((1,), "informational")
+    assert report.summary.endswith(
+        "The prompt includes the current date (template line 1): a cached prefix stops matching "
+        "when the date changes."
+    )
     stripped = finding(report, THINKING_STRIPPED)
     assert stripped.lines == (3,)
     # The template never reads a reasoning field: reasoning is not its concern, nothing breaks.
