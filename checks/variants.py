@@ -204,6 +204,10 @@ def thinking_kwargs(ast: nodes.Template) -> list[str]:
     return sorted(names, key=lambda name: name != "enable_thinking")
 
 
+# Enough for every template seen so far (the most needs 9); bounds the work a stranger can ask for.
+MAX_VARIANTS = 16
+
+
 def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
     """enable_thinking (unset, false, true), plus each other thinking kwarg one at a time.
 
@@ -241,4 +245,6 @@ def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
                 add(template_name, {other: value})
                 if main and isinstance(value, bool):
                     add(template_name, {main: True, other: value})
-    return variants
+    # Primary settings (none, or enable_thinking alone) first, so a cut keeps them.
+    variants.sort(key=lambda v: not set(dict(v.kwargs)) <= {"enable_thinking"})
+    return variants[:MAX_VARIANTS]
