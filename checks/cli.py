@@ -1,8 +1,9 @@
 """`python -m checks PATH... [--tokenizer FILE] [--json]`: check templates from the command line.
 
 PATH is a `.jinja` file, a `tokenizer_config.json` (or `chat_template.json`), a model repository
-directory (template precedence as in transformers), or a directory of such files. Exit status is 0
-whatever the verdicts, 2 on usage errors.
+directory (template precedence as in transformers, its tokenizer.json used when present), or a
+directory holding such files at any depth. Exit status is 0 whatever the verdicts, 2 on usage
+errors.
 """
 
 from __future__ import annotations
@@ -64,6 +65,24 @@ def _is_repository(directory: Path) -> bool:
     return any((directory / name).is_file() for name in _REPOSITORY_FILES)
 
 
+def _is_template_file(path: Path) -> bool:
+    # Other JSON files (indexes, results) are not templates: only configs by their usual names.
+    return path.suffix == ".jinja" or (
+        path.suffix == ".json" and ("tokenizer_config" in path.name or "chat_template" in path.name)
+    )
+
+
+def template_files(directory: Path) -> list[Path]:
+    """Templates and configs anywhere below a directory, hidden folders skipped, in path order."""
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file()
+        and _is_template_file(p)
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    )
+
+
 def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[CheckInput]:
     """Turn command-line paths into check inputs; a missing path is a usage error."""
     items: list[CheckInput] = []
@@ -78,10 +97,7 @@ def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[Ch
                 except (SourceError, OSError) as exc:
                     items.append(CheckInput(None, str(path), tokenizer, str(exc)))
                 continue
-            files = sorted(
-                p for p in path.iterdir() if p.is_file() and p.suffix in (".jinja", ".json")
-            )
-            items += [_file_input(p, tokenizer_json) for p in files]
+            items += [_file_input(p, tokenizer_json) for p in template_files(path)]
         elif path.is_file():
             items.append(_file_input(path, tokenizer_json))
         else:

@@ -107,18 +107,20 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     (tmp_path / "loop.jinja").write_text(
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     )
-    (tmp_path / "broken_config.json").write_text('{"chat_template": 42}')
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "broken_tokenizer_config.json").write_text('{"chat_template": 42}')
+    (tmp_path / "index.json").write_text("[]")  # not a template: ignored
     (tmp_path / "notes.txt").write_text("ignored")
     reports = {
         Path(r["file"]).name: r for r in results(run(str(tmp_path), "--json", "--timeout", "2"))
     }
-    assert sorted(reports) == ["a.jinja", "b.jinja", "broken_config.json", "loop.jinja"]
+    assert sorted(reports) == ["a.jinja", "b.jinja", "broken_tokenizer_config.json", "loop.jinja"]
     assert reports["a.jinja"]["verdict"] == "safe"
     assert reports["b.jinja"]["verdict"] == "unsafe"
     assert reports["loop.jinja"]["verdict"] == "error"
     assert reports["loop.jinja"]["summary"] == "Could not check this template: render exceeded 2 s."
-    assert reports["broken_config.json"]["verdict"] == "error"
-    assert "got int" in reports["broken_config.json"]["summary"]
+    assert reports["broken_tokenizer_config.json"]["verdict"] == "error"
+    assert "got int" in reports["broken_tokenizer_config.json"]["summary"]
 
 
 def test_repository_directory_uses_transformers_precedence(tmp_path: Path) -> None:
