@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,10 +139,13 @@ class SandboxPool:
         self._workers: list[_Worker] = []
         self._closed = False
         self.restarts = 0
+        # Workers belong to the process that started them: a forked child (Celery prefork) must
+        # not write into its parent's pipes.
+        self._pid = os.getpid()
         for _ in range(self.size):
             # Placeholders: workers start on first use, so an unused pool costs nothing.
             self._idle.put(None)
-        atexit.register(self.close)
+        _live_pools.add(self)
 
     def _spawn(self) -> _Worker:
         worker = _Worker(self.limits)
@@ -163,6 +167,8 @@ class SandboxPool:
         """Run one job on a free worker; raises SandboxError with the reason if it cannot finish."""
         if self._closed:
             raise SandboxError("sandbox pool is closed")
+        if os.getpid() != self._pid:
+            raise SandboxError("sandbox pool used from a forked process; start one per process")
         wall = wall_seconds or self.limits.wall_seconds
         worker = self._idle.get()
         try:
@@ -190,6 +196,8 @@ class SandboxPool:
     def close(self) -> None:
         """Stop every worker; safe to call twice (atexit calls it too)."""
         self._closed = True
+        if os.getpid() != self._pid:
+            return  # the parent owns these workers
         with self._lock:
             workers, self._workers = self._workers, []
         for worker in workers:
@@ -201,12 +209,20 @@ _STARTUP_SECONDS = 30.0
 
 _default_pool: SandboxPool | None = None
 _default_lock = threading.Lock()
+_live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_live_pools):
+        pool.close()
 
 
 def default_pool() -> SandboxPool:
-    """The process-wide pool, started on first use and stopped at exit."""
+    """The process-wide pool, started on first use (again after a fork) and stopped at exit."""
     global _default_pool
     with _default_lock:
-        if _default_pool is None or _default_pool._closed:
-            _default_pool = SandboxPool()
-        return _default_pool
+        pool = _default_pool
+        if pool is None or pool._closed or pool._pid != os.getpid():
+            _default_pool = pool = SandboxPool()
+        return pool

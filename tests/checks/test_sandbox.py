@@ -66,3 +66,36 @@ def test_workers_exit_when_their_parent_dies_without_cleanup() -> None:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+def test_a_forked_child_gets_its_own_workers() -> None:
+    """Celery prefork forks after import: parent and child must not share worker pipes."""
+    script = f"""
+import os, checks
+from checks.sandbox import SandboxError, default_pool
+text = {CHATML!r}
+parent_pool = default_pool()
+assert checks.check_template(text, cache=None).verdict == "safe"
+pid = os.fork()
+if pid == 0:
+    try:
+        parent_pool.run({{}})
+        os._exit(3)
+    except SandboxError:
+        pass
+    ok = checks.check_template(text + "{{# child #}}", cache=None).verdict == "safe"
+    os._exit(0 if ok and default_pool() is not parent_pool else 4)
+_, status = os.waitpid(pid, 0)
+assert checks.check_template(text + "{{# parent #}}", cache=None).verdict == "safe"
+print(os.waitstatus_to_exitcode(status))
+"""
+    output = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert output.returncode == 0, output.stderr
+    assert output.stdout.strip() == "0"
