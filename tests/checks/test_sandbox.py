@@ -35,6 +35,17 @@ def test_threads_share_the_pool() -> None:
     assert pool.restarts == 0
 
 
+def run_script(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -53,14 +64,7 @@ def test_workers_exit_when_their_parent_dies_without_cleanup() -> None:
         "print(pool._workers[0].process.pid, flush=True)\n"
         "os._exit(0)\n"  # no atexit, like a Celery prefork child
     )
-    output = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    output = run_script(script)
     pid = int(output.stdout.strip())
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
@@ -89,13 +93,6 @@ _, status = os.waitpid(pid, 0)
 assert checks.check_template(text + "{{# parent #}}", cache=None).verdict == "safe"
 print(os.waitstatus_to_exitcode(status))
 """
-    output = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    output = run_script(script)
     assert output.returncode == 0, output.stderr
     assert output.stdout.strip() == "0"
