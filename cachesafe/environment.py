@@ -61,6 +61,15 @@ class Env:
             raise ConfigError(f"{name}={value} is out of range ({minimum}..{maximum})")
         return value
 
+    def integers(self, name: str, default: list[int]) -> list[int]:
+        raw = self.items(name, [])
+        if not raw:
+            return list(default)
+        try:
+            return [int(item) for item in raw]
+        except ValueError:
+            raise ConfigError(f"{name}={','.join(raw)!r} is not a list of whole numbers") from None
+
     def items(self, name: str, default: list[str]) -> list[str]:
         raw = self.values.get(name, "").strip()
         if not raw:

@@ -47,10 +47,10 @@ def celery_workers(transactional_db: None, tmp_path: Path) -> Iterator[Any]:
     app.control.purge()
     started: list[WorkerProcess] = []
 
-    def start(**options: Any) -> WorkerProcess:
+    def start(wait: bool = True, **options: Any) -> WorkerProcess:
         worker = WorkerProcess(tmp_path, **options)
         started.append(worker)
-        return worker.start()
+        return worker.start(wait=wait)
 
     yield start
     for worker in started:

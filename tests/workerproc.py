@@ -44,12 +44,14 @@ class WorkerProcess:
         queues: str = "default,hub,checks,notify",
         concurrency: int = 1,
         extra_env: dict[str, str] | None = None,
+        pool: str = "prefork",
     ) -> None:
         self.name = f"test-{uuid.uuid4().hex[:8]}"
         self.hostname = ""
         self.log_path = log_dir / f"{self.name}.log"
         self.queues = queues
         self.concurrency = concurrency
+        self.pool = pool
         self.env = {**os.environ, "DATABASE_URL": database_url_for_children(), **(extra_env or {})}
         self.env["PYTHONUNBUFFERED"] = "1"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -62,6 +64,7 @@ class WorkerProcess:
             [
                 sys.executable, "-m", "celery", "-A", "workers", "worker",
                 "-Q", self.queues, "-n", f"{self.name}@%h", "-c", str(self.concurrency),
+                "--pool", self.pool,
                 "--loglevel", "INFO", "--without-gossip", "--without-mingle",
             ],
             cwd=REPO_ROOT,

@@ -30,6 +30,9 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
         120,
         {},
     ),
+    ScheduledJob(
+        "Queue probes for the Mac worker", "workers.request_due_probes", "default", 300, {}
+    ),
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", "default", 86400, {}),
     ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", "hub", 600, {"limit": 200}),
     ScheduledJob("Track new repos of watches", "hub.refresh_watches", "hub", 3600, {"limit": 50}),

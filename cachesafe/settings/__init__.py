@@ -134,6 +134,11 @@ CELERY_BEAT_SCHEDULER = "workers.beat:RecordingDatabaseScheduler"
 # Wall time one template check may take in its sandbox before it ends as an `error` verdict.
 CHECK_WALL_SECONDS = float(env.integer("CHECK_WALL_SECONDS", 10, minimum=1, maximum=300))
 
+# The Mac probe worker: prompt sizes (tokens of system prompt), paths, disk budget per model.
+PROBE_PROMPT_SIZES = env.integers("PROBE_PROMPT_SIZES", [0, 1000, 8000])
+PROBE_PATHS = env.items("PROBE_PATHS", ["library", "library_checkpoints", "server"])
+PROBE_DISK_BUDGET_BYTES = env.integer("PROBE_DISK_BUDGET_GB", 60, minimum=1) * 2**30
+
 # Hugging Face Hub.
 HF_ENDPOINT = env.text("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 HF_TOKEN = env.text("HF_TOKEN", "") or None

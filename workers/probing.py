@@ -1,0 +1,199 @@
+"""Cache-reuse probes: queued here, run by the Mac worker (queue `mlx`), stored back here.
+
+The Mac worker has no database: `probe_model` gets everything in its job and answers with a
+task on the `default` queue that a main worker stores. The job carries the check engine's own
+sessions, so a page can put the template's prediction beside the engine's measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from celery import Task
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from checks.conversations import SESSIONS, TOOLS
+from registry.models import HubModel, ModelStatus
+
+from .celery import app
+from .locks import single_running
+from .models import (
+    PROBE_SEVERITY,
+    EventKind,
+    ModelEvent,
+    ProbeRun,
+    ProbeState,
+    ProbeVerdict,
+    WorkerHeartbeat,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Real models at 32k tokens take long on the Mac; the broker's visibility timeout (3600 s) is
+#: above the hard limit so an unfinished probe is never handed to a second worker meanwhile.
+PROBE_SOFT_LIMIT = 3000
+PROBE_HARD_LIMIT = 3300
+#: The Mac runs one model at a time: keep only this many probes waiting for it.
+MAX_WAITING = 3
+
+
+def probe_job(model: HubModel, *, model_dir: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """Everything the Mac worker needs to probe `model` at its current commit."""
+    sessions = {
+        s.name: {"messages": list(s.messages), "tools": TOOLS if s.uses_tools else None}
+        for s in SESSIONS
+        if len(s.request_ends()) >= 2
+    }
+    job: dict[str, Any] = {
+        "repo_id": model.repo_id,
+        "revision": model.last_commit_sha or "main",
+        "quantization": model.quantization,
+        "conversations": sessions,
+        "prompt_sizes": list(settings.PROBE_PROMPT_SIZES),
+        "paths": list(settings.PROBE_PATHS),
+        "deadline_s": PROBE_SOFT_LIMIT - 120,
+    }
+    if model_dir:
+        job["model_dir"] = model_dir
+    else:
+        # The Mac's own HF_TOKEN is used there: no credential travels through the broker.
+        job["download"] = {
+            "endpoint": settings.HF_ENDPOINT,
+            "disk_budget_bytes": settings.PROBE_DISK_BUDGET_BYTES,
+        }
+    job.update(overrides)
+    return job
+
+
+def request_probe(model: HubModel, **job_options: Any) -> ProbeRun:
+    """Queue a probe of `model`; it is sent to the Mac worker after the transaction commits."""
+    run = ProbeRun.objects.create(
+        model=model, commit_sha=model.last_commit_sha, quantization=model.quantization
+    )
+    job = probe_job(model, **job_options)
+
+    def send() -> None:
+        try:
+            probe_model.apply_async((run.pk, job), queue="mlx")
+        except Exception as exc:  # kombu raises many kinds; the run stays queued and visible
+            logger.warning("could not send probe %s: %s", run.pk, exc)
+
+    transaction.on_commit(send)
+    return run
+
+
+def probe_worker_online() -> bool:
+    return WorkerHeartbeat.objects.alive().filter(queues__contains="mlx").exists()
+
+
+def request_due_probes(limit: int = MAX_WAITING) -> int:
+    """Queue probes for the most downloaded models not yet probed at their current commit."""
+    room = limit - ProbeRun.objects.waiting().count()
+    if room <= 0:
+        return 0
+    probed = ProbeRun.objects.filter(model=OuterRef("pk"), commit_sha=OuterRef("last_commit_sha"))
+    due = (
+        HubModel.objects.filter(status=ModelStatus.OK)
+        .exclude(current_snapshot=None)
+        .exclude(Q(last_commit_sha="") | Q(is_demo=True))
+        .exclude(pk__in=ProbeRun.objects.waiting().values("model"))
+        .annotate(probed=Exists(probed))
+        .filter(probed=False)
+        .order_by("-downloads", "pk")[:room]
+    )
+    with transaction.atomic():
+        return len([request_probe(model) for model in due])
+
+
+def overall(report: dict[str, Any]) -> tuple[str, float | None, bool]:
+    """Worst verdict, lowest reused share, and whether any result disagrees with the template."""
+    results = [r for r in report.get("results", []) if r.get("verdict") in ProbeVerdict.values]
+    if not results:
+        return "", None, False
+    worst = max(results, key=lambda r: PROBE_SEVERITY[ProbeVerdict(r["verdict"])])["verdict"]
+    shares = [float(r["reused_share"]) for r in results if r.get("reused_share") is not None]
+    return worst, (min(shares) if shares else None), any(r.get("disagreement") for r in results)
+
+
+def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
+    """Save the Mac worker's report (idempotent) and record a change of the probe verdict."""
+    with transaction.atomic():
+        run = ProbeRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            logger.info("probe %s is gone; dropping its report", run_id)
+            return None
+        if run.state in (ProbeState.DONE, ProbeState.ERROR):
+            return run
+        verdict, share, disagreement = overall(report)
+        ok = report.get("status") == "ok"
+        run.state = ProbeState.DONE if ok else ProbeState.ERROR
+        run.verdict = verdict
+        run.reused_share = share
+        run.disagreement = disagreement
+        run.report = report
+        run.machine = dict(report.get("machine") or {})
+        run.error = "" if ok else str(report.get("error") or "the probe failed")
+        run.finished_at = timezone.now()
+        run.save()
+        previous = (
+            ProbeRun.objects.filter(model=run.model, state=ProbeState.DONE)
+            .exclude(pk=run.pk)
+            .order_by("-finished_at")
+            .first()
+        )
+        if ok and previous is not None and previous.verdict != verdict:
+            ModelEvent.record(
+                run.model_id,
+                EventKind.PROBE_CHANGED,
+                key=f"probe:{run.pk}",
+                summary=f"{run.model.repo_id}: mlx-lm probe {previous.verdict} → {verdict}",
+                data={"old": previous.verdict, "new": verdict, "probe_run_id": run.pk},
+            )
+    return run
+
+
+@app.task(
+    name="workers.probe_model",
+    queue_name="mlx",
+    acks_late=True,
+    soft_time_limit=PROBE_SOFT_LIMIT,
+    time_limit=PROBE_HARD_LIMIT,
+)
+def probe_model(run_id: int, job: dict[str, Any]) -> str:
+    """On the Mac: measure, then hand the report to the main side. Touches no database."""
+    from workers.probe.runner import run_probe
+
+    app.send_task("workers.probe_started", args=[run_id, socket.gethostname()], queue="default")
+    report = run_probe(job)
+    app.send_task("workers.store_probe_report", args=[run_id, report], queue="default")
+    return str(report.get("status"))
+
+
+@app.task(name="workers.probe_started", queue_name="default", acks_late=True)
+def probe_started(run_id: int, worker: str) -> None:
+    ProbeRun.objects.filter(pk=run_id, state=ProbeState.QUEUED).update(
+        state=ProbeState.RUNNING, worker=worker, started_at=timezone.now()
+    )
+
+
+@app.task(
+    name="workers.store_probe_report", queue_name="default", acks_late=True, bind=True,
+    max_retries=10, default_retry_delay=30,
+)  # fmt: skip
+def store_probe_report(self: Task[Any, Any], run_id: int, report: dict[str, Any]) -> str:
+    run = store_report(run_id, report)
+    return run.state if run else "gone"
+
+
+@app.task(name="workers.request_due_probes", queue_name="default")
+def request_due_probes_task(limit: int = MAX_WAITING) -> int:
+    """Keep a few probes waiting for the Mac worker while it is online."""
+    with single_running("request_due_probes", ttl=300) as mine:
+        if not mine or not probe_worker_online():
+            return 0
+        return request_due_probes(limit)
