@@ -12,6 +12,12 @@ import pytest
 from checks import SandboxLimits, SandboxPool
 from checks.sources import TemplateSource, load_source
 
+# A plain ChatML template: cache-safe in every session, the baseline many tests compare with.
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
 # The corpus lives beside the repository (../shared/corpus), never inside it.
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 

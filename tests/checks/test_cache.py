@@ -20,11 +20,8 @@ from checks.engine import run_check
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import ERROR, SAFE, UNSAFE, TemplateReport
 from checks.sources import TemplateSource
+from tests.checks.conftest import CHATML
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 MARKER = (
     "{% for m in messages %}{% if loop.last %}[LAST]{% endif %}{{ m.content }}\n{% endfor %}"
     "{% if add_generation_prompt %}>{% endif %}"

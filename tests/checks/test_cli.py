@@ -12,12 +12,9 @@ from typing import Any
 import pytest
 
 from checks.conversations import SYSTEM_PROMPT
+from tests.checks.conftest import CHATML
 
 REPO = Path(__file__).resolve().parents[2]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 # Line 2 writes a marker on the last message: it moves on every turn.
 MARKER = """{% for m in messages %}
 {% if loop.last %}[LAST]{% endif %}{{ m.role }}: {{ m.content }}

@@ -20,11 +20,7 @@ from checks.reports import (
     TemplateReport,
 )
 from checks.sources import TemplateSource
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\n"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from tests.checks.conftest import CHATML
 
 # Line 2 marks the last user message: once another turn arrives, that marker moves.
 MOVING_MARKER = """{%- for m in messages -%}

@@ -12,12 +12,9 @@ import pytest
 from checks import SandboxLimits, SandboxPool, check_template
 from checks.rendering import CheckEnvironment
 from checks.reports import ERROR, SAFE
+from tests.checks.conftest import CHATML
 
 WALL = 3.0
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 @pytest.fixture(scope="module")

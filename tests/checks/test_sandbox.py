@@ -11,12 +11,9 @@ from pathlib import Path
 
 from checks import SandboxPool, check_template
 from checks.reports import SAFE, UNSAFE
+from tests.checks.conftest import CHATML
 
 REPO = Path(__file__).resolve().parents[2]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 MARKER = "{% for m in messages %}{% if loop.last %}!{% endif %}{{ m.content }}{% endfor %}"
 
 
