@@ -57,6 +57,14 @@ class Session:
     messages: tuple[Message, ...]
     uses_tools: bool
 
+    def requests(self) -> list[tuple[Message, ...]]:
+        """The message lists an agent sends, in order (each ends on a user or tool message)."""
+        return [self.messages[:end] for end in self.request_ends()]
+
+    def replies(self) -> list[Message]:
+        """The assistant message that follows each request but the last."""
+        return [self.messages[end] for end in self.request_ends()[:-1]]
+
     def request_ends(self) -> list[int]:
         """Index (exclusive) of the end of each request."""
         ends = []
