@@ -32,6 +32,7 @@ def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog
         "template": f"/t/{changed}/",
         "version-diff": f"/t/{changed}/vs/{catalog.old_version.sha256}/",
         "pair": f"/t/{changed}/pair/enable_thinking=true/reasoning_history/1/",
+        "track": "/track/",
     }
     for name, path in pages.items():
         page.goto(base + path)
