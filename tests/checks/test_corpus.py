@@ -87,3 +87,12 @@ def test_seed_check_artifact_is_recognised(corpus_reports: dict[str, TemplateRep
         if s.status == "fail" and s.shape in ("single_tool_call", "parallel_tool_call")
     )
     assert shapes["generation_prompt_artifact"] > shapes["history"] + shapes["generation_prompt"]
+
+
+def test_every_failure_names_its_template_line_and_segment(
+    corpus_reports: dict[str, TemplateReport],
+) -> None:
+    failures = [f for r in corpus_reports.values() for f in r.failures]
+    assert len(failures) > 500
+    assert all(f.template_lines and f.segment and f.segment_next for f in failures)
+    assert all(f.byte_offset is not None for f in failures)
