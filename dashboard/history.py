@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from registry.models import CheckRun, CheckStatus, HubModel, TemplateChange, TemplateVersion
+from registry.models import (
+    CheckRun,
+    CheckStatus,
+    HubModel,
+    NamedTemplate,
+    TemplateChange,
+    TemplateSnapshot,
+    TemplateVersion,
+)
 
 
 def _verdict_of(field: str) -> Subquery:
@@ -24,6 +32,16 @@ def timeline(model: HubModel, limit: int = 50) -> QuerySet[TemplateChange]:
         .defer("old_version__text", "new_version__text")
         .annotate(old_verdict=_verdict_of("old_version"), new_verdict=_verdict_of("new_version"))
         .order_by("-committed_at", "-id")[:limit]
+    )
+
+
+def named_templates(snapshot: TemplateSnapshot) -> list[NamedTemplate]:
+    """The snapshot's named templates (`default`, `tool_use`, …) with each one's verdict."""
+    return list(
+        snapshot.named_templates.select_related("version")
+        .defer("version__text")
+        .annotate(verdict=_verdict_of("version"))
+        .order_by("name")
     )
 
 

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 
-from registry.models import CheckRun, HubModel, TemplateChange, TemplateSnapshot
+from registry.models import CheckRun, HubModel, NamedTemplate, TemplateChange, TemplateSnapshot
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "dashboard:generation"
@@ -65,7 +65,7 @@ def bump_on_commit(**_: Any) -> None:
     transaction.on_commit(bump)
 
 
-for _model in (HubModel, TemplateSnapshot, TemplateChange, CheckRun):
+for _model in (HubModel, TemplateSnapshot, NamedTemplate, TemplateChange, CheckRun):
     post_save.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-save-{_model}")
     post_delete.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-del-{_model}")
 

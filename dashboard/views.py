@@ -102,6 +102,7 @@ def model_detail(
         response = render(request, "dashboard/model.html#check-status", context)
     else:
         context["timeline"] = history.timeline(model)
+        context["named"] = history.named_templates(snapshot) if snapshot else []
         response = render(request, "dashboard/model.html", context)
     if context["polling"]:
         # Live progress: neither our page cache nor the browser may keep this answer.

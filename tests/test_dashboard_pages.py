@@ -9,7 +9,7 @@ from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from registry.models import CheckRun, HubModel, ModelStatus, TemplateChange
+from registry.models import CheckRun, HubModel, ModelStatus, NamedTemplate, TemplateChange
 from registry.verdicts import check_in_process, record_check
 from tests.dashboard_data import (
     HOSTILE_REPO,
@@ -91,8 +91,9 @@ def test_model_page_query_count_does_not_grow_with_history(
 ) -> None:
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0  # count the rendering, not the page cache
     url = f"/m/{catalog.changed.repo_id}/"
-    # model (+ snapshot, template, catalog row), newest check, timeline with both verdicts
-    with django_assert_num_queries(3):
+    # model (+ snapshot, template, catalog row), newest check, timeline with both verdicts,
+    # named templates with theirs
+    with django_assert_num_queries(4):
         client.get(url)
     for n in range(20):
         TemplateChange.objects.create(
@@ -101,7 +102,7 @@ def test_model_page_query_count_does_not_grow_with_history(
             old_version=catalog.old_version,
             new_version=catalog.changed.current_snapshot.default_template,  # type: ignore[union-attr]
         )
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):
         response = client.get(url)
     assert response.content.decode().count("What changed") == 21
 
@@ -269,3 +270,23 @@ def test_pages_unfurl_with_model_and_verdict(client: Client, catalog: Catalog) -
 def test_pages_refuse_post(client: Client, catalog: Catalog) -> None:
     assert client.post(f"/m/{catalog.unsafe.repo_id}/").status_code == 405
     assert client.post(f"/t/{sha(catalog.unsafe)}/").status_code == 405
+
+
+def test_named_templates_are_listed_with_their_verdicts(client: Client, catalog: Catalog) -> None:
+    snapshot = catalog.unsafe.current_snapshot
+    assert snapshot is not None
+    single = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
+    assert "Named templates" not in single  # only `default`: nothing to list
+    NamedTemplate.objects.create(snapshot=snapshot, name="tool_use", version=catalog.old_version)
+    body = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
+    named = body.split("<dt>Named templates</dt>")[1].split("</dd>")[0]
+    assert f'href="/t/{catalog.old_version.sha256}/"><code>tool_use</code>' in named
+    assert named.index("default") < named.index("Breaks the cache") < named.index("tool_use")
+    assert "Cache-safe" in named.split("tool_use")[1]
+
+
+def test_author_filter_links_to_the_author_feed(client: Client, catalog: Catalog) -> None:
+    body = client.get("/", {"author": "cachesafe-demo"}).content.decode()
+    assert 'href="/feeds/authors/cachesafe-demo.atom"' in body
+    odd = client.get("/", {"author": "not a real/author"})
+    assert odd.status_code == 200 and "/feeds/authors/" not in odd.content.decode()
