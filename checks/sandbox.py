@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -139,6 +140,7 @@ class SandboxPool:
         self._workers: list[_Worker] = []
         self._closed = False
         self.restarts = 0
+        self._job_ids = itertools.count(1)
         # Workers belong to the process that started them: a forked child (Celery prefork) must
         # not write into its parent's pipes.
         self._pid = os.getpid()
@@ -170,11 +172,25 @@ class SandboxPool:
         if os.getpid() != self._pid:
             raise SandboxError("sandbox pool used from a forked process; start one per process")
         wall = wall_seconds or self.limits.wall_seconds
+        job_id = next(self._job_ids)
         worker = self._idle.get()
         try:
             if worker is None or not worker.alive():
                 worker = self._spawn()
-            answer = worker.request({**job, "cpu_seconds": wall + 1}, time.monotonic() + wall)
+            try:
+                answer = worker.request(
+                    {**job, "id": job_id, "cpu_seconds": wall + 1}, time.monotonic() + wall
+                )
+            except BaseException:
+                # Interrupted mid-job (a Celery soft time limit, KeyboardInterrupt): the worker
+                # may still answer later, and that answer must never reach another job.
+                self._discard(worker)
+                worker = None
+                raise
+            if answer is not None and answer.get("id") != job_id:
+                self._discard(worker)
+                worker = None
+                raise SandboxError("sandbox worker answered another job; it was replaced")
             if answer is None:
                 returncode = worker.process.poll()
                 self._discard(worker)

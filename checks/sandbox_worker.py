@@ -101,6 +101,7 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
             answer = {"ok": False, "error": "template recursion too deep"}
         except Exception as exc:  # noqa: BLE001 - any failure becomes an error verdict upstream
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        answer["id"] = job.get("id")
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
         if answer.get("exit"):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from checks import SandboxPool, check_template
 from checks.reports import SAFE, UNSAFE
@@ -93,3 +96,29 @@ print(os.waitstatus_to_exitcode(status))
     output = run_script(script)
     assert output.returncode == 0, output.stderr
     assert output.stdout.strip() == "0"
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_job_never_answers_the_next_one() -> None:
+    """A Celery soft time limit can interrupt the parent mid-job; the late answer is discarded."""
+    pool = SandboxPool(size=1)
+    slow = "{% for i in range(100000) %}{% for j in range(60) %}{% endfor %}{% endfor %}" + CHATML
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            check_template(slow, pool=pool, cache=None, wall_seconds=30)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        report = check_template(MARKER, pool=pool, cache=None)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        pool.close()
+    assert report.verdict == UNSAFE
+    assert pool.restarts == 1
