@@ -95,9 +95,13 @@ def claim_event(event_id: int) -> int | None:
 
 
 def dispatch_events(limit: int = 200) -> int:
-    """Claim up to `limit` unclaimed events (the beat's sweep behind the new-event signal)."""
+    """Claim up to `limit` unclaimed events (the beat's sweep behind the new-event signal).
+
+    Only recent ones: older events would not be alerted anyway, and `created_at` is indexed.
+    """
+    recent = timezone.now() - timedelta(hours=settings.ALERTS_EVENT_MAX_AGE_HOURS)
     ids = list(
-        ModelEvent.objects.filter(notify_claimed_at__isnull=True)
+        ModelEvent.objects.filter(notify_claimed_at__isnull=True, created_at__gte=recent)
         .order_by("id")
         .values_list("id", flat=True)[:limit]
     )

@@ -12,7 +12,7 @@ import pytest
 
 from alerts.models import ChannelKind, Delivery, SendStatus
 from alerts.receiver import WebhookReceiver
-from registry.models import HubModel, TemplateChange
+from registry.models import HubModel
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import upload_files
 from tests.fakehub.fixtures import fake_hub
@@ -25,10 +25,9 @@ from tests.test_alerts_support import (
     subscribe,
 )
 from tests.workerproc import wait_for
-from workers.checking import dispatch_template_changes
 from workers.hub import sync_repo
 from workers.models import Lease, ModelEvent
-from workers.notify import claim_event, send_delivery
+from workers.notify import claim_event, dispatch_events, send_delivery
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 __all__ = ["fake_hub", "receiver"]
@@ -93,10 +92,16 @@ def test_a_template_change_upstream_alerts_each_subscriber_exactly_once(
         return events.first() if events.count() == count else None
 
     def sync_and_dispatch(changes: int) -> ModelEvent:
-        sync_repo.delay(model.pk)
-        wait_for(lambda: TemplateChange.objects.count() == changes, 60, f"{changes} change(s)")
-        dispatch_template_changes.delay()
-        event: ModelEvent = wait_for(lambda: claimed(changes), 60, "the event to be claimed")
+        sync_repo.delay(model.pk)  # its template_changed signal dispatches the change
+        wait_for(
+            lambda: ModelEvent.objects.count() == changes,
+            60,
+            f"{changes} event(s) ({worker.log()[-3000:]})",
+        )
+        dispatch_events.delay()  # what the beat does every few seconds
+        event: ModelEvent = wait_for(
+            lambda: claimed(changes), 60, f"the event to be claimed ({worker.log()[-3000:]})"
+        )
         return event
 
     sync_and_dispatch(1)  # the first sync: nobody is subscribed yet

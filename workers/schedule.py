@@ -36,7 +36,7 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", "default", 86400, {}),
     ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", "hub", 600, {"limit": 200}),
     ScheduledJob("Track new repos of watches", "hub.refresh_watches", "hub", 3600, {"limit": 50}),
-    ScheduledJob("Send alerts the signal missed", "alerts.dispatch_events", "notify", 60, {}),
+    ScheduledJob("Send alerts of new events", "alerts.dispatch_events", "notify", 15, {}),
     ScheduledJob("Send daily alert digests", "alerts.send_due_digests", "notify", 3600, {}),
 ]
 
