@@ -307,3 +307,21 @@ def test_beat_entries_name_real_notify_tasks() -> None:
         assert app.tasks[job.task].queue_name == "notify"  # type: ignore[attr-defined]
     for name in ("claim_event", "send_delivery", "send_digest", "send_test"):
         assert app.tasks[f"alerts.{name}"].queue_name == "notify"  # type: ignore[attr-defined]
+
+
+def test_a_test_send_posts_a_sample_and_shows_its_result_on_the_channel(
+    loopback: Any, receiver: WebhookReceiver
+) -> None:
+    channel = make_channel(make_user("alice"), target=receiver.url)
+    receiver.state.secret = channel.secret
+    assert delivery.send_test(channel.pk).status == "sent"
+    [got] = receiver.received
+    assert got.signed and got.json()["type"] == "test"
+    channel.refresh_from_db()
+    assert channel.last_success_at is not None
+
+    receiver.state.statuses = [404]
+    assert delivery.send_test(channel.pk).status == "failed"
+    channel.refresh_from_db()
+    assert channel.last_error.startswith("test: the webhook is gone (HTTP 404")
+    assert channel.disabled_at is None  # a test never disables: the owner is looking at it
