@@ -152,3 +152,43 @@ def test_a_silent_receiver_times_out_and_a_huge_answer_is_capped(
         threading.Thread(target=answer, daemon=True).start()
         response = outbound.post(f"http://127.0.0.1:{flood.getsockname()[1]}/", b"{}", {})
     assert len(response.body) == outbound.MAX_RESPONSE_BYTES
+
+
+@pytest.fixture
+def tls_receiver(tmp_path: Any, receiver: WebhookReceiver) -> tuple[WebhookReceiver, str]:
+    """The receiver behind TLS with a self-signed certificate for hooks.example.test."""
+    import ssl
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=hooks.example.test", "-addext", "subjectAltName=DNS:hooks.example.test",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    receiver.server.socket = server_tls.wrap_socket(receiver.server.socket, server_side=True)
+    return receiver, str(cert)
+
+
+def test_https_goes_to_the_vetted_address_with_the_name_for_sni_and_certificate(
+    loopback: Any,
+    tls_receiver: tuple[WebhookReceiver, str],
+    monkeypatch: pytest.MonkeyPatch,
+    connections: list[tuple[str, int]],
+) -> None:
+    import ssl
+
+    receiver, ca = tls_receiver
+    url = f"https://hooks.example.test:{receiver.port}/x"
+    monkeypatch.setattr(outbound, "resolve", lambda host, port: ["127.0.0.1"])
+    # An unknown certificate is an error (no verification is ever skipped) ...
+    with pytest.raises(outbound.OutboundError, match="CERTIFICATE_VERIFY_FAILED"):
+        outbound.post(url, b"{}", {})
+    # ... and with the test CA trusted, the name checks out against the certificate.
+    monkeypatch.setattr(outbound, "tls_context", lambda: ssl.create_default_context(cafile=ca))
+    assert outbound.post(url, b"{}", {}).status == 200
+    assert connections[-1] == ("127.0.0.1", receiver.port)
+    assert receiver.received[-1].headers["Host"] == f"hooks.example.test:{receiver.port}"
