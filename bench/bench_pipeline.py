@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus" / "templates"
-MODELS = int(os.environ.get("BENCH_MODELS", "10000"))
+SIZES = [int(n) for n in os.environ.get("BENCH_MODELS", "1000,10000").split(",")]
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 BENCH_DB = "cachesafe_bench_pipeline"
 
@@ -45,6 +45,17 @@ def redis_available() -> bool:
 
 
 def main() -> int:
+    """Run each catalog size in a fresh process, so each starts from an empty database."""
+    if len(sys.argv) > 1:
+        return run(int(sys.argv[1]))
+    for size in SIZES:
+        print(f"\n--- {size} models ---", flush=True)
+        if subprocess.call([sys.executable, __file__, str(size)]) != 0:
+            return 1
+    return 0
+
+
+def run(MODELS: int) -> int:  # noqa: N803 - reads as the constant it is within one run
     sys.path.insert(0, str(ROOT))
     var = tempfile.mkdtemp(prefix="cachesafe-bench-")
     os.environ["CACHESAFE_VAR_DIR"] = var

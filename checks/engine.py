@@ -515,4 +515,5 @@ def run_check(
         seed_check=tuple(seed),
         tokenizer_sha256=tokenizer_sha,
         elapsed_seconds=round(time.perf_counter() - started, 4),
+        renders=renderer.renders,
     )

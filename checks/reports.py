@@ -190,3 +190,5 @@ class TemplateReport(Record):
     seed_check: tuple[SeedShapeResult, ...]
     tokenizer_sha256: str | None = None
     elapsed_seconds: float = 0.0
+    #: Jinja renders performed (memoized renders shared by sessions count once).
+    renders: int = 0
