@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,7 +38,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         built = build_tiny_model(Path(tmp) / "m", args.arch, "chatml")
-        model, tokenizer = mlx_lm.load(str(built.path))
+        loaded: Any = mlx_lm.load(str(built.path))
+        model, tokenizer = loaded[0], loaded[1]
     runner = ModelRunner(model, tokenizer)
     request = ChatRequest(
         [{"role": "system", "content": "Benchmark."}, {"role": "user", "content": "Hello?"}]

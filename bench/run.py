@@ -1,4 +1,4 @@
-"""Run the benchmarks: `make bench` runs all, `make bench BENCH=checks` one (bench/bench_<name>.py)."""
+"""Run the benchmarks: `make bench` runs all of them, `make bench BENCH=checks` just one."""
 
 from __future__ import annotations
 

@@ -16,7 +16,14 @@ QUEUES = ("default", "hub", "checks", "mlx", "notify")
 MAIN_QUEUES = ("default", "hub", "checks", "notify")
 
 app = Celery(
-    "cachesafe", include=["workers.tasks", "workers.checking", "workers.hub", "workers.notify", "workers.probing"]
+    "cachesafe",
+    include=[
+        "workers.tasks",
+        "workers.checking",
+        "workers.hub",
+        "workers.notify",
+        "workers.probing",
+    ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 

@@ -44,7 +44,7 @@ def transformers_render(source: TemplateSource, call: RenderCall) -> str:
     """What `tokenizer.apply_chat_template(..., tokenize=False)` returns in transformers 5.x."""
     # apply_chat_template drops None-valued keys, then merges special tokens under the kwargs.
     messages = [{k: v for k, v in m.items() if v is not None} for m in call.messages]
-    rendered, _ = chat_template_utils.render_jinja_template(
+    rendered, _ = chat_template_utils.render_jinja_template(  # type: ignore[str-unpack]
         conversations=[messages],
         tools=None if call.tools is None else list(call.tools),
         chat_template=source.templates[call.template_name],
