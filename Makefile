@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
