@@ -25,6 +25,8 @@ MAX_RESPONSE_BYTES = 64 * 1024
 TOTAL_SECONDS = 15.0
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "CacheSafe-Alerts/1"
+#: The well-known NAT64 prefix: behind a NAT64 gateway 64:ff9b::a00:1 reaches 10.0.0.1.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
 class OutboundError(Exception):
@@ -55,8 +57,10 @@ def refusal(address: str) -> str | None:
         address.split("%", 1)[0]  # an IPv6 zone id ("fe80::1%eth0")
     )
     if isinstance(ip, ipaddress.IPv6Address):
-        # IPv4 written as IPv6 (::ffff:10.0.0.1, 6to4, Teredo) is judged as the IPv4 inside.
+        # IPv4 written as IPv6 (::ffff:10.0.0.1, 6to4, Teredo, NAT64) is judged as the IPv4 inside.
         embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is None and ip in NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if embedded is not None:
             ip = embedded
     if ip.is_loopback and settings.ALERTS_ALLOW_LOOPBACK:

@@ -44,6 +44,7 @@ def connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         "http://[fe80::1]/hook",
         "http://[::ffff:10.0.0.1]/hook",  # IPv4-mapped IPv6
         "http://[2002:a00:1::]/hook",  # 6to4 of 10.0.0.1
+        "http://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 of 169.254.169.254
         "http://0.0.0.0/hook",
         "http://224.0.0.1/hook",
         "http://100.64.0.1/hook",  # carrier-grade NAT
