@@ -42,7 +42,7 @@ from .repo_files import (
     find_templates,
     sha256_text,
 )
-from .signals import template_changed
+from .signals import status_changed, template_changed
 
 logger = logging.getLogger(__name__)
 
@@ -455,12 +455,18 @@ def record_unavailable(
 ) -> SyncResult:
     """Gated, private, missing or disabled: say so, and keep the last known templates."""
     model = HubModel.objects.get(pk=model_pk)
+    old = model.status
     values: dict[str, Any] = {"status": status, "status_reason": reason, "sync_error": ""}
     if info is not None:
         values |= metadata_fields(info)
     changed = _assign(model, values)
     model.last_synced_at = timezone.now()
-    model.save(update_fields=[*changed, "last_synced_at"])
+    with transaction.atomic():
+        model.save(update_fields=[*changed, "last_synced_at"])
+        if old != status:
+            status_changed.send(
+                sender=HubModel, model_pk=model.pk, old=old, new=status, reason=reason
+            )
     return SyncResult(model.repo_id, "unavailable", status, message=reason)
 
 

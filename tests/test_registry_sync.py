@@ -27,6 +27,7 @@ from registry.sync import RegistrySync, SyncResult
 from tests.fakehub import FakeHub, load_corpus
 from tests.fakehub.corpus import tokenizer_config, upload_files
 from tests.fakehub.fixtures import Sleeps, corpus_hub, fake_hub, hub_settings, sleeps
+from workers.models import EventKind, ModelEvent
 
 pytestmark = pytest.mark.django_db
 __all__ = ["corpus_hub", "fake_hub", "hub_settings", "sleeps"]
@@ -342,6 +343,9 @@ def test_gated_repo_keeps_its_last_templates_until_access_is_granted(
     fake_hub.store.set("org/gated", gated="manual")
     changed = fake_hub.store.add_commit("org/gated", {"tokenizer_config.json": tc(TOOLS)}, "New")
     assert sync("org/gated").status == ModelStatus.GATED
+    assert sync("org/gated").status == ModelStatus.GATED  # still gated: no second event
+    events = ModelEvent.objects.filter(kind=EventKind.STATUS_CHANGED)
+    assert [(e.data["old"], e.data["new"]) for e in events] == [("ok", "gated")]
     shown = api("org/gated")
     assert shown["template"]["sha256"] == sha(CHATML)
     assert len(shown["history"]) == 1

@@ -32,6 +32,7 @@ from registry.models import (
 from registry.verdicts import record_check
 
 from .models import EventKind, ModelEvent
+from .receivers import announce_events
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def claim_template_changes(*, ids: Iterable[int] | None = None, limit: int = 500
         ModelEvent.objects.bulk_create(
             [_template_event(change) for change in changes], ignore_conflicts=True
         )
+        announce_events()
         versions = {c.new_version_id: c.new_version for c in changes if c.new_version}
         runs = {run.template_version_id: run for run in request_checks(versions.values())}
         done = [v for v, run in runs.items() if run.status == CheckStatus.DONE]
@@ -332,4 +334,6 @@ def refresh_model_verdicts(
         HubModel.objects.filter(pk__in=ids).update(verdict=verdict)
     # ignore_conflicts: a retried store records nothing twice (`key` is unique).
     ModelEvent.objects.bulk_create(events, ignore_conflicts=True, batch_size=1000)
+    if events:
+        announce_events()
     return [event.model_id for event in events]
