@@ -43,3 +43,23 @@ def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog
     screenshot(page, "catalog-mobile")
     page.goto(base + f"/m/{catalog.unsafe.repo_id}/")
     screenshot(page, "model-mobile")
+
+
+def test_no_page_scrolls_sideways_on_a_phone(page: Any, live_server: Any, catalog: Catalog) -> None:
+    """Wide things (matrix, renders, sources) scroll inside their own box, not the page."""
+    changed = catalog.changed.current_snapshot.default_template.sha256  # type: ignore[union-attr]
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in (
+        "/",
+        f"/m/{catalog.unsafe.repo_id}/",
+        f"/m/{HOSTILE_REPO}/",
+        f"/t/{changed}/",
+        f"/t/{changed}/pair/enable_thinking=true/reasoning_history/1/",
+        f"/t/{changed}/vs/{catalog.old_version.sha256}/",
+        "/m/nobody/nothing/",
+    ):
+        page.goto(live_server.url + path)
+        widths = page.evaluate(
+            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert widths[0] <= widths[1], (path, widths)
