@@ -132,8 +132,9 @@ def model_sentence(model: HubModel, view: ReportView | None) -> str:
     if view is None:
         return model.status_reason or "We have not found a chat template for this model yet."
     if view.report is None:
-        if view.failed:
-            return "The check could not finish; it will be retried."
+        if view.failed and view.check is not None:
+            reason = view.check.error or "no reason recorded"
+            return f"The check of this template could not finish ({reason})."
         return "Checking this template: the verdict appears here as soon as it is ready."
     sentence = view.report.summary
     if model.is_hybrid and view.report.verdict == "unsafe":

@@ -139,3 +139,12 @@ def test_the_catalog_costs_two_queries_however_many_models(
 
 def test_post_is_refused(client: Client) -> None:
     assert client.post("/").status_code == 405
+
+
+def test_models_without_a_verdict_show_why(client: Client, catalog: Catalog) -> None:
+    HubModel.objects.create(
+        repo_id="gated-org/locked", author="gated-org", status=ModelStatus.GATED, downloads=10**9
+    )
+    body = client.get("/").content.decode()
+    first_row = body.split('class="repo" href="/m/gated-org/locked/"')[1].split("</tr>")[0]
+    assert "Gated" in first_row and "Not checked yet" not in first_row

@@ -290,3 +290,12 @@ def test_author_filter_links_to_the_author_feed(client: Client, catalog: Catalog
     assert 'href="/feeds/authors/cachesafe-demo.atom"' in body
     odd = client.get("/", {"author": "not a real/author"})
     assert odd.status_code == 200 and "/feeds/authors/" not in odd.content.decode()
+
+
+def test_a_check_that_failed_says_why_and_stops_polling(client: Client, catalog: Catalog) -> None:
+    CheckRun.objects.filter(template_version__sha256=sha(catalog.pending)).update(
+        status="failed", error="sandbox process died (signal 9)"
+    )
+    body = client.get(f"/m/{PENDING_REPO}/").content.decode()
+    assert "could not finish (sandbox process died (signal 9))" in body
+    assert "hx-trigger" not in body
