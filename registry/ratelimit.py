@@ -7,7 +7,6 @@ without it the embedded defaults keep it in the database cache, best effort (one
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -22,11 +21,9 @@ DEFAULT_PER_5MIN_ANONYMOUS = 500
 
 
 def config_value(name: str, default: str) -> str:
-    """A setting from Django settings, else the environment, else `default`."""
+    """A setting (parsed from the environment by the settings module), else `default`."""
     value = getattr(settings, name, None)
-    if value is None:
-        value = os.environ.get(name, default)
-    return str(value)
+    return default if value is None else str(value)
 
 
 def credential_key(token: str | None) -> str:

@@ -142,6 +142,20 @@ PROBE_DISK_BUDGET_BYTES = env.integer("PROBE_DISK_BUDGET_GB", 60, minimum=1) * 2
 # Hugging Face Hub.
 HF_ENDPOINT = env.text("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 HF_TOKEN = env.text("HF_TOKEN", "") or None
+#: Shared with the Hub's webhook settings; POST /hooks/hub is refused while it is empty.
+HF_WEBHOOK_SECRET = env.text("HF_WEBHOOK_SECRET", "")
+#: Hub requests per 5 minutes per credential (default: the Hub's quota, halved when anonymous).
+HF_REQUESTS_PER_5MIN = (
+    env.integer("HF_REQUESTS_PER_5MIN", 0, minimum=1)
+    if env.is_set("HF_REQUESTS_PER_5MIN")
+    else None
+)
+HF_MAX_ATTEMPTS = env.integer("HF_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
+HF_TIMEOUT_SECONDS = env.integer("HF_TIMEOUT_SECONDS", 20, minimum=1, maximum=300)
+#: Commits read back on a repo's first sync (newest first).
+REGISTRY_HISTORY_LIMIT = env.integer("REGISTRY_HISTORY_LIMIT", 50, minimum=1, maximum=10000)
+REGISTRY_MAX_TEMPLATE_BYTES = env.integer("REGISTRY_MAX_TEMPLATE_BYTES", 1 << 20, minimum=1024)
+REGISTRY_MAX_JSON_BYTES = env.integer("REGISTRY_MAX_JSON_BYTES", 16 << 20, minimum=1024)
 
 # Email: SMTP when EMAIL_HOST is set, else messages are written under VAR_DIR/mail.
 EMAIL_HOST = env.text("EMAIL_HOST", "")
