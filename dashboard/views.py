@@ -171,6 +171,8 @@ def pair_detail(
     except PairUnavailable as exc:
         diff, problem = None, str(exc)
     label = location.pair.index
+    divergence = location.pair.divergence
+    lines = set(divergence.lines_before + divergence.lines_after) if divergence else set()
     context = {
         "version": version,
         "check": check,
@@ -189,6 +191,7 @@ def pair_detail(
         "problem": problem,
         "model": snapshot.model if snapshot else None,
         # The same setting first: the pairs a reader compares this one with.
+        "pair_lines": [line for line in view.source_lines if line.number in lines],
         "others": sorted(view.pairs, key=lambda loc: loc.variant_key != location.variant_key),
     }
     return render(request, "dashboard/pair.html", context)

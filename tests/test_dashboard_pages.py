@@ -203,7 +203,8 @@ def test_pair_page_shows_both_renders_and_the_divergence(client: Client, catalog
     before = body.split('id="divergence-before"')[1][:300]
     assert "[LATEST]" in before
     assert "byte 86" in body and "user 1" in body
-    assert "The template lines involved" in body
+    lines = body.split("The template lines that wrote the difference")[1].split("</section>")[0]
+    assert "#L6" in lines and "#L7" in lines and "#L3" not in lines  # this pair's lines only
     # The latest link of this pair, and the copyable pinned link.
     latest = f"/m/{catalog.unsafe.repo_id}/pair/default/chat/1/"
     assert latest in body

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.dashboard_data import HOSTILE_REPO, PENDING_REPO, Catalog, build_catalog
+from tests.conftest import CORPUS_DIR
+from tests.dashboard_data import HOSTILE_REPO, PENDING_REPO, Catalog, add_model, build_catalog
 
 from .conftest import screenshot
 
@@ -38,6 +40,14 @@ def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog
         page.goto(base + path)
         assert page.locator("h1").first.is_visible()
         screenshot(page, name)
+    # A real template (from the reference corpus): long source, thinking variants, tools.
+    text = (CORPUS_DIR / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
+    qwen = add_model("Qwen/Qwen3-0.6B", text, commit="e" * 40, is_hybrid=False)
+    page.goto(f"{base}/m/{qwen.repo_id}/")
+    screenshot(page, "model-qwen3")
+    page.locator("table.matrix td.cell-fail a").first.click()
+    expect(page.locator("h1")).to_contain_text("Request")
+    screenshot(page, "pair-qwen3")
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(base + "/")
     screenshot(page, "catalog-mobile")
