@@ -20,6 +20,12 @@ SORTS = {
     "name": ("repo_id",),
 }
 SORT_LABELS = {"downloads": "Downloads", "changed": "Last template change", "name": "Name"}
+# Besides how the switch relates to the verdict: which models keep the cache with thinking on/off.
+THINKING_CHOICES = {
+    "safe_on": "Cache-safe with thinking on",
+    "safe_off": "Cache-safe with thinking off",
+    **dict(Thinking.choices),
+}
 HYBRID_CHOICES = {"yes": "Hybrid (recurrent) only", "no": "Attention only"}
 # The catalog needs only these columns; the rest of HubModel stays in the database.
 LIST_FIELDS = (
@@ -64,7 +70,7 @@ class CatalogQuery:
         return cls(
             q=params.get("q", "").strip()[:200],
             verdict=_choice(params.get("verdict"), Verdict.values),
-            thinking=_choice(params.get("thinking"), Thinking.values),
+            thinking=_choice(params.get("thinking"), THINKING_CHOICES),
             hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
             tools=_choice(params.get("tools"), Tools.values),
             probe=_choice(params.get("probe"), ProbeStatus.values),
@@ -79,7 +85,11 @@ class CatalogQuery:
         models = HubModel.objects.search(self.q)
         if self.verdict:
             models = models.filter(verdict=self.verdict)
-        if self.thinking:
+        if self.thinking == "safe_on":
+            models = models.filter(catalog_verdict__thinking_on=Verdict.SAFE)
+        elif self.thinking == "safe_off":
+            models = models.filter(catalog_verdict__thinking_off=Verdict.SAFE)
+        elif self.thinking:
             models = models.filter(catalog_verdict__thinking=self.thinking)
         if self.hybrid:
             models = models.filter(is_hybrid=self.hybrid == "yes")

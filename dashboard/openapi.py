@@ -140,7 +140,12 @@ PATHS: dict[str, Any] = {
             "parameters": [
                 _param("q", "query", "Words to find in repo id, author, family, tags"),
                 _param("verdict", "query", "Template verdict", enum=VERDICTS, type="string"),
-                _param("thinking", "query", "none, same or differs"),
+                _param(
+                    "thinking",
+                    "query",
+                    "safe_on, safe_off (cache-safe with thinking on/off), none (no switch), "
+                    "same or differs (the verdict does / does not depend on it)",
+                ),
                 _param("hybrid", "query", "yes or no"),
                 _param("tools", "query", "safe, unsafe, unsupported or unknown"),
                 _param("probe", "query", "none, warm or cold"),

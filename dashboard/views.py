@@ -15,8 +15,15 @@ from registry.models import HubModel, ModelStatus, TemplateSnapshot, TemplateVer
 from registry.verdicts import latest_check
 
 from . import badges, history
-from .catalog import HYBRID_CHOICES, PAGE_SIZE, SORT_LABELS, CatalogQuery, models_using
-from .models import ProbeStatus, Thinking, Tools
+from .catalog import (
+    HYBRID_CHOICES,
+    PAGE_SIZE,
+    SORT_LABELS,
+    THINKING_CHOICES,
+    CatalogQuery,
+    models_using,
+)
+from .models import ProbeStatus, Tools
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .report_view import ReportView, model_sentence
@@ -33,7 +40,7 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "query": query,
         "verdicts": Verdict.choices,
-        "thinking_choices": Thinking.choices,
+        "thinking_choices": THINKING_CHOICES.items(),
         "tools_choices": Tools.choices,
         "probe_choices": ProbeStatus.choices,
         "hybrid_choices": HYBRID_CHOICES.items(),

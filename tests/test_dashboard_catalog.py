@@ -13,11 +13,27 @@ from tests.dashboard_data import (
     HOSTILE_REPO,
     PENDING_REPO,
     Catalog,
+    add_model,
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
 )
 
 pytestmark = pytest.mark.django_db
+
+# Writes an empty think block into every assistant turn (and reads, then drops, its reasoning):
+# with thinking off that is exactly the generation prompt (cache-safe); with thinking on, the
+# reasoning the model emitted is dropped.
+THINKING_OFF_SAFE = (
+    "{%- for message in messages %}{%- if message.role == 'assistant' %}"
+    "{%- if message.reasoning_content %}{# older reasoning is not kept #}{% endif %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + (message.content or '')"
+    " + '<|im_end|>\\n' }}{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
+)
 
 
 @pytest.fixture
@@ -77,9 +93,19 @@ def test_filters_narrow_the_list(client: Client, catalog: Catalog) -> None:
     # The thinker's template reads enable_thinking; the others have no switch.
     thinking = rows(client.get("/", {"thinking": "same"}).content.decode())
     assert thinking == ["cachesafe-demo/thinker-30b-a3b"]
+    # A template that is safe only with thinking off: listed under safe_off, not safe_on.
+    add_model("fix-org/thinks-off", THINKING_OFF_SAFE, commit="f" * 40)
+    assert rows(client.get("/", {"thinking": "safe_off"}).content.decode()) == [
+        "fix-org/thinks-off"
+    ]
+    assert rows(client.get("/", {"thinking": "safe_on"}).content.decode()) == []
+    differs = client.get("/", {"thinking": "differs"}).content.decode()
+    assert rows(differs) == ["fix-org/thinks-off"]
+    badges = differs.split('class="verdicts"')[1].split("</div>")[0]
+    assert "thinking off: Cache-safe" in badges and "thinking on: Breaks the cache" in badges
     tools_safe = rows(client.get("/", {"tools": "safe"}).content.decode())
     assert tools_safe == ["cachesafe-demo/chatml-tools-7b"]
-    assert len(rows(client.get("/", {"probe": "none"}).content.decode())) == 5
+    assert len(rows(client.get("/", {"probe": "none"}).content.decode())) == 6  # no probe yet
 
 
 def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: Catalog) -> None:
