@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.engine import ENGINE_VERSION, CheckOptions, error_report
+from checks.pairs import PairRequest, PairUnavailable
 from checks.reports import TemplateReport
 from checks.results_cache import (
     DirectoryResultCache,
@@ -37,6 +38,8 @@ __all__ = [
     "CheckOptions",
     "DirectoryResultCache",
     "MemoryResultCache",
+    "PairRequest",
+    "PairUnavailable",
     "ResultCache",
     "SandboxLimits",
     "SandboxPool",
@@ -45,6 +48,7 @@ __all__ = [
     "TemplateSource",
     "check_template",
     "check_templates",
+    "render_pair",
     "default_cache",
 ]
 
@@ -175,3 +179,30 @@ def check_templates(
         return list(
             executor.map(lambda item: _run(item, options, pool, cache, wall_seconds), inputs)
         )
+
+
+def render_pair(
+    source: TemplateSource,
+    pair: PairRequest,
+    *,
+    pool: SandboxPool | None = None,
+    wall_seconds: float | None = None,
+) -> dict[str, Any]:
+    """Both renders of one request pair, whole, with spans, rendered in the sandbox.
+
+    Raises PairUnavailable when the template does not render the pair, SandboxError when it
+    breaks a limit (time, memory, output).
+    """
+    job = {
+        "kind": "render_pair",
+        "templates": source.templates,
+        "special_tokens": source.special_tokens,
+        "origin": source.origin,
+        "sha256": source.sha256,
+        "pair": pair.to_dict(),
+    }
+    answer = (pool or default_pool()).run(job, wall_seconds)
+    if "unavailable" in answer:
+        raise PairUnavailable(str(answer["unavailable"]))
+    result: dict[str, Any] = answer["pair"]
+    return result

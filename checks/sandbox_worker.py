@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from checks.engine import CheckOptions, run_check
+from checks.pairs import PairRequest, PairUnavailable, render_pair
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.sources import TemplateSource
 
@@ -70,6 +71,12 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         origin=job["origin"],
         sha256=job["sha256"],
     )
+    if job.get("kind") == "render_pair":
+        try:
+            pair = render_pair(source, PairRequest.from_dict(job["pair"]), templates)
+        except PairUnavailable as exc:
+            return {"ok": True, "unavailable": str(exc)}
+        return {"ok": True, "pair": pair}
     encoder = None
     if job.get("tokenizer_json") is not None:
         encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])

@@ -1,14 +1,17 @@
 """The two renders of a request pair, side by side, with the divergence and who wrote each line.
 
 The engine's report keeps only 40 characters around a divergence, so the diff page renders the two
-requests again with the engine's own renderer (same sessions, variant and argument form) and
-caches the result: a template version never changes, so neither do its renders.
+requests again with the engine's own renderer (same sessions, variant and argument form), in the
+engine's sandbox with its time, memory and output limits, and caches the result: a template
+version never changes, so neither do its renders.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +19,9 @@ from django.core.cache import cache
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from checks.attribution import Span
+from checks import PairRequest, PairUnavailable, SandboxPool, TemplateSource, render_pair
 from checks.comparison import common_prefix
-from checks.conversations import TOOLS, session_named, with_string_arguments
-from checks.engine import CheckOptions, Renderer, RenderFailed
-from checks.rendering import CheckEnvironment, TemplateCache
-from checks.sources import TemplateSource
-from checks.variants import Variant
+from checks.sandbox import SandboxError
 from registry.models import TemplateVersion
 
 from .reports import PairLocation
@@ -32,11 +31,19 @@ CACHE_SECONDS = 24 * 3600
 SPECIAL_TOKEN = re.compile(
     r"<\|[^<>\n]{1,60}?\|>|</?(?:think|tool_call|tool_response|s|bos|eos)>|\[/?[A-Z_]{3,24}\]"
 )
-_templates = TemplateCache(CheckEnvironment(), size=64)
+#: A diff page waits at most this long for its two renders (a check's own limit is similar).
+RENDER_SECONDS = 5.0
+_pool_lock = threading.Lock()
+_web_pool: SandboxPool | None = None
 
 
-class PairUnavailable(Exception):
-    """The template no longer renders this pair (the page says so instead of failing)."""
+def _pool() -> SandboxPool:
+    """One sandbox process per web process, started on the first diff it shows."""
+    global _web_pool
+    with _pool_lock:
+        if _web_pool is None or _web_pool._closed or _web_pool._pid != os.getpid():
+            _web_pool = SandboxPool(size=1)
+        return _web_pool
 
 
 @dataclass(frozen=True)
@@ -131,42 +138,24 @@ def _lines(text: str, spans: list[dict[str, int]], offset: int, side: str) -> li
 def _render(
     version: TemplateVersion, special_tokens: dict[str, str], location: PairLocation
 ) -> dict[str, Any]:
+    """Render the pair in the engine's sandbox: the template came from a stranger."""
     source = TemplateSource(
         {location.variant.template_name: version.text},
         dict(special_tokens),
         origin="chat_template.jinja",
         sha256=version.sha256,
     )
-    renderer = Renderer(source, _templates, CheckOptions())
-    variant = Variant(location.variant.template_name, tuple(location.variant.kwargs.items()))
-    session = session_named(location.session.session)
-    messages = session.messages
-    if location.session.arguments_form == "string":
-        messages = with_string_arguments(messages)
-    ends = session.request_ends()
-    index = location.pair.index
-    if not 0 < index < len(ends):
-        raise PairUnavailable(f"request {index} is not part of session {session.name}")
-    request, next_request = messages[: ends[index - 1]], messages[: ends[index]]
-    tools = TOOLS if session.uses_tools else None
+    pair = PairRequest(
+        template_name=location.variant.template_name,
+        kwargs=tuple(location.variant.kwargs.items()),
+        session=location.session.session,
+        arguments_form=location.session.arguments_form,
+        index=location.pair.index,
+    )
     try:
-        before = renderer.render(variant, request, tools, True)
-        after = renderer.render(variant, next_request, tools, True)
-    except RenderFailed as exc:
+        return render_pair(source, pair, pool=_pool(), wall_seconds=RENDER_SECONDS)
+    except SandboxError as exc:  # a limit broken: the page says which, the server goes on
         raise PairUnavailable(str(exc)) from exc
-
-    def plain(spans: list[Span]) -> list[dict[str, int]]:
-        return [{"start": s.start, "end": s.end, "line": s.line} for s in spans]
-
-    return {
-        "before": before,
-        "after": after,
-        # Attribute every character: the page shows who wrote each line, not just the first diff.
-        "before_spans": plain(renderer.spans(variant, request, tools, len(before))),
-        "after_spans": plain(renderer.spans(variant, next_request, tools, len(after))),
-        "messages": [dict(m) for m in next_request],
-        "reply": dict(messages[ends[index - 1]]),
-    }
 
 
 def pair_diff(

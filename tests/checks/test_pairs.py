@@ -1,0 +1,70 @@
+"""A diff page's renders come from the sandbox, whole, with who wrote each character."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from checks import (
+    PairRequest,
+    PairUnavailable,
+    SandboxLimits,
+    SandboxPool,
+    TemplateSource,
+    render_pair,
+)
+from checks.sandbox import SandboxError
+
+DEMO = Path(__file__).resolve().parents[2] / "registry" / "demo"
+MARKER = (DEMO / "moving-marker-unsafe.jinja").read_text()
+# Fine for one request; loops for ever once the conversation has a second user turn.
+SLOW_LATER = (
+    "{% if messages | selectattr('role', 'equalto', 'user') | list | length > 1 %}"
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxPool]:
+    pool = SandboxPool(size=1, limits=SandboxLimits(wall_seconds=2.0))
+    yield pool
+    pool.close()
+
+
+def pair(index: int = 1, session: str = "chat") -> PairRequest:
+    return PairRequest("default", (), session, "dict", index)
+
+
+def test_both_renders_whole_with_every_character_attributed(pool: SandboxPool) -> None:
+    source = TemplateSource({"default": MARKER}, {"bos_token": "<s>"})
+    data = render_pair(source, pair(), pool=pool)
+    before, after = data["before"], data["after"]
+    assert before.startswith("<s>") and "[LATEST]" in before
+    assert not after.startswith(before)  # the marker moved: that is why the page exists
+    covered = sorted((s["start"], s["end"]) for s in data["after_spans"])
+    assert covered[0][0] == 0 and covered[-1][1] == len(after)
+    assert all(s["line"] >= 1 for s in data["after_spans"] if s["end"] > s["start"])
+    assert data["reply"]["role"] == "assistant"
+    assert data["messages"][-1]["role"] == "user"
+
+
+def test_a_pair_that_does_not_exist_is_unavailable(pool: SandboxPool) -> None:
+    source = TemplateSource({"default": MARKER})
+    with pytest.raises(PairUnavailable, match="not part of session"):
+        render_pair(source, pair(index=9), pool=pool)
+    with pytest.raises(PairUnavailable, match="no session named"):
+        render_pair(source, pair(session="nope"), pool=pool)
+
+
+def test_a_template_that_loops_is_stopped_and_the_pool_goes_on(pool: SandboxPool) -> None:
+    source = TemplateSource({"default": SLOW_LATER})
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match="exceeded"):
+        render_pair(source, pair(), pool=pool)
+    assert time.monotonic() - started < 10
+    data = render_pair(TemplateSource({"default": MARKER}), pair(), pool=pool)
+    assert data["after"]
