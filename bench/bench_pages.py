@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,7 @@ def populate() -> dict[str, Any]:
                 tags=["text-generation", rng.choice(kinds)],
                 model_type=family,
                 is_hybrid=rng.random() < 0.1,
-                last_template_change_at=now - timezone.timedelta(days=rng.randint(0, 700)),
+                last_template_change_at=now - timedelta(days=rng.randint(0, 700)),
             )
         )
     HubModel.objects.bulk_create(models, batch_size=2000)
@@ -159,7 +160,7 @@ def populate() -> dict[str, Any]:
                 TemplateChange(
                     model=model,
                     commit_sha=f"{model.id:032x}{n:08x}",
-                    committed_at=now - timezone.timedelta(days=100 * (3 - n)),
+                    committed_at=now - timedelta(days=100 * (3 - n)),
                     title=f"Update chat template ({n})",
                     old_version=versions[(model.id + n) % len(versions)] if n else None,
                     new_version=versions[(model.id + n + 1) % len(versions)],

@@ -26,6 +26,8 @@ from registry.models import TemplateVersion
 
 from .reports import PairLocation
 
+__all__ = ["PairDiff", "PairUnavailable", "RenderLine", "pair_diff"]
+
 CACHE_SECONDS = 24 * 3600
 # Special tokens and chat markup worth seeing at a glance: <|im_start|>, <think>, [INST], <s>.
 SPECIAL_TOKEN = re.compile(

@@ -65,7 +65,7 @@ def add_model(
         status=ModelStatus.OK,
         downloads=downloads,
         last_template_change_at=timezone.now(),
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
     snapshot = TemplateSnapshot.objects.create(
         model=model,

@@ -24,7 +24,7 @@ def catalog(transactional_db: None) -> Catalog:
 
 
 def repos(page: Any) -> list[str]:
-    return page.locator("#results a.repo").all_inner_texts()
+    return list(page.locator("#results a.repo").all_inner_texts())
 
 
 def test_search_as_you_type_updates_results_and_url_without_reloading(
