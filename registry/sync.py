@@ -17,6 +17,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from dashboard import page_cache
+
 from . import ratelimit
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
@@ -434,6 +436,8 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         model.save(update_fields=changed)
         for change in created:
             transaction.on_commit(partial(_announce, change.pk))
+        # Snapshots and named templates are bulk-created (no signal): new pages from now on.
+        transaction.on_commit(page_cache.bump)
     return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
 
 

@@ -107,6 +107,8 @@ else:
             "LOCATION": "cachesafe_cache",
         }
     }
+#: How long a rendered dashboard page may be served from the cache; 0 turns the page cache off.
+DASHBOARD_PAGE_CACHE_SECONDS = env.integer("DASHBOARD_PAGE_CACHE_SECONDS", 60, minimum=0)
 
 # Celery (the app lives in workers/). Postgres holds the state: no result backend.
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
