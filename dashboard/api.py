@@ -14,12 +14,15 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from cachesafe.health import cached_status
 from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
 from registry.verdicts import latest_check
+from workers.models import ProbeRun
 
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .openapi import schema
 from .page_cache import cached_page
+from .probes import ProbeQueue, latest_probe
 from .reports import failing_pairs, rebuild, variant_key
 
 
@@ -173,18 +176,63 @@ def check_detail(request: HttpRequest, sha256: str) -> JsonResponse:
 
 def model_check_fields(request: HttpRequest, model: HubModel) -> dict[str, Any]:
     """What registry.api's model detail adds: the current check with variants and failures,
-    the per-variant verdicts, and probe results (none stored yet)."""
+    the per-variant verdicts, and the latest probe (null if never probed)."""
     snapshot = model.current_snapshot
-    run = latest_check(snapshot.default_template) if snapshot else None
+    check = latest_check(snapshot.default_template) if snapshot else None
     catalog = getattr(model, "catalog_verdict", None)
     return {
         "variants": catalog.variants if catalog else [],
-        "check": check_payload(request, snapshot.default_template, run)
-        if snapshot and run
+        "check": check_payload(request, snapshot.default_template, check)
+        if snapshot and check
         else None,
-        "probe": None,
+        "probe": probe_payload(request, run) if (run := latest_probe(model)) else None,
         "page_url": _absolute(request, _model_url(model.repo_id)),
     }
+
+
+def _when(moment: Any) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def probe_payload(request: HttpRequest, run: ProbeRun) -> dict[str, Any]:
+    """A probe run without its report: state, verdict, machine, times, the model's page."""
+    return {
+        "id": run.pk,
+        "repo_id": run.model.repo_id,
+        "commit_sha": run.commit_sha,
+        "state": run.state,
+        "verdict": run.verdict or None,
+        "reused_share": run.reused_share,
+        "disagreement": run.disagreement,
+        "error": run.error or None,
+        "worker": run.worker or None,
+        "machine": run.machine,
+        "queued_at": _when(run.queued_at),
+        "started_at": _when(run.started_at),
+        "finished_at": _when(run.finished_at),
+        "page_url": _absolute(request, _model_url(run.model.repo_id)),
+    }
+
+
+@require_GET
+def probe_queue(request: HttpRequest) -> JsonResponse:
+    """The probe queue page as JSON: waiting probes in order, recent ones, the Mac worker."""
+    queue = ProbeQueue.load()
+    worker = cached_status().probe_worker
+    return JsonResponse(
+        {
+            "worker": {"online": worker.ok, "detail": worker.detail, "since": _when(worker.since)},
+            "queue_size": len(queue.waiting),
+            "waiting": [
+                probe_payload(request, q.run) | {"position": q.position} for q in queue.waiting
+            ],
+            "recent": [
+                probe_payload(request, f.run)
+                | {"seconds": f.duration.total_seconds() if f.duration else None}
+                for f in queue.recent
+            ],
+        }
+    )
 
 
 @require_GET

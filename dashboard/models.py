@@ -26,9 +26,13 @@ class Tools(models.TextChoices):
 
 
 class ProbeStatus(models.TextChoices):
+    """The verdict of the model's latest finished mlx-lm probe (workers.models.ProbeVerdict)."""
+
     NONE = "none", "No probe yet"
-    WARM = "warm", "Probe: cache reused"
-    COLD = "cold", "Probe: cache lost"
+    HIT = "hit", "Probe: cache reused"
+    PARTIAL = "partial", "Probe: partly reused"
+    MISS = "miss", "Probe: cache lost"
+    WRONG = "wrong", "Probe: wrong output from cache"
 
 
 class CatalogVerdict(models.Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 VERDICTS = ["pending", "safe", "unsafe", "safe_where_renderable", "error"]
+PROBE_VERDICTS = ["hit", "partial", "miss", "wrong"]
 
 
 def _param(name: str, where: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -120,6 +121,45 @@ COMPONENTS: dict[str, Any] = {
                 "models": {"type": "array", "items": {"type": "object"}},
             },
         },
+        "Probe": {
+            "type": "object",
+            "description": "One mlx-lm probe run on the Mac worker (the report itself is shown "
+            "on the model page).",
+            "properties": {
+                "id": {"type": "integer"},
+                "repo_id": {"type": "string"},
+                "commit_sha": {"type": "string"},
+                "state": {"type": "string", "enum": ["queued", "running", "done", "error"]},
+                "verdict": {"type": ["string", "null"], "enum": [*PROBE_VERDICTS, None]},
+                "reused_share": {"type": ["number", "null"]},
+                "disagreement": {"type": "boolean"},
+                "error": {"type": ["string", "null"]},
+                "worker": {"type": ["string", "null"]},
+                "machine": {"type": "object"},
+                "queued_at": {"type": "string", "format": "date-time"},
+                "started_at": {"type": ["string", "null"], "format": "date-time"},
+                "finished_at": {"type": ["string", "null"], "format": "date-time"},
+                "page_url": {"type": "string", "format": "uri"},
+                "position": {"type": "integer", "description": "In the queue (waiting only)"},
+                "seconds": {"type": ["number", "null"], "description": "On the Mac (recent)"},
+            },
+        },
+        "ProbeQueue": {
+            "type": "object",
+            "properties": {
+                "worker": {
+                    "type": "object",
+                    "properties": {
+                        "online": {"type": "boolean"},
+                        "detail": {"type": "string"},
+                        "since": {"type": ["string", "null"], "format": "date-time"},
+                    },
+                },
+                "queue_size": {"type": "integer"},
+                "waiting": {"type": "array", "items": {"$ref": "#/components/schemas/Probe"}},
+                "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Probe"}},
+            },
+        },
         "ModelDetail": {
             "type": "object",
             "description": "Registry fields (status, verdict, current template sha256 and "
@@ -127,7 +167,7 @@ COMPONENTS: dict[str, Any] = {
             "properties": {
                 "variants": {"type": "array", "items": {"type": "object"}},
                 "check": {"oneOf": [{"$ref": "#/components/schemas/Check"}, {"type": "null"}]},
-                "probe": {"type": ["object", "null"]},
+                "probe": {"oneOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
             },
         },
     }
@@ -148,7 +188,11 @@ PATHS: dict[str, Any] = {
                 ),
                 _param("hybrid", "query", "yes or no"),
                 _param("tools", "query", "safe, unsafe, unsupported or unknown"),
-                _param("probe", "query", "none, warm or cold"),
+                _param(
+                    "probe",
+                    "query",
+                    "none (never probed) or the latest probe's verdict: hit, partial, miss, wrong",
+                ),
                 _param("author", "query", "Exact author"),
                 _param("sort", "query", "downloads (default), changed or name"),
                 _param("page", "query", "Page number, 50 models per page", type="integer"),
@@ -175,6 +219,19 @@ PATHS: dict[str, Any] = {
             "summary": "The newest check of a template version, with every failing pair",
             "parameters": [SHA],
             "responses": _ok("The check", "Check"),
+        }
+    },
+    "/api/probes": {
+        "get": {
+            "summary": "The Mac probe queue: waiting probes in order, recent ones, the worker",
+            "responses": {
+                "200": {
+                    "description": "The queue",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/ProbeQueue"}}
+                    },
+                }
+            },
         }
     },
     "/api/openapi.json": {

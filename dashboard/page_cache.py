@@ -23,6 +23,7 @@ from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 
 from registry.models import CheckRun, HubModel, NamedTemplate, TemplateChange, TemplateSnapshot
+from workers.models import ProbeRun
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "dashboard:generation"
@@ -65,7 +66,7 @@ def bump_on_commit(**_: Any) -> None:
     transaction.on_commit(bump)
 
 
-for _model in (HubModel, TemplateSnapshot, NamedTemplate, TemplateChange, CheckRun):
+for _model in (HubModel, TemplateSnapshot, NamedTemplate, TemplateChange, CheckRun, ProbeRun):
     post_save.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-save-{_model}")
     post_delete.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-del-{_model}")
 
@@ -76,13 +77,19 @@ def _key(request: HttpRequest) -> str:
     return "dashboard:page:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
+def _is_staff(request: HttpRequest) -> bool:
+    """Staff pages carry action forms with a CSRF token: never kept, never served from the cache."""
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_staff)
+
+
 def cached_page(view: View) -> View:
     """Serve GETs of `view` from the cache while the catalog has not changed."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         timeout = seconds()
-        if timeout <= 0 or request.method != "GET":
+        if timeout <= 0 or request.method != "GET" or _is_staff(request):
             return view(request, *args, **kwargs)
         try:
             key = _key(request)

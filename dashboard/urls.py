@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
-from . import api, feeds, views
+from . import api, feeds, staff, views
 
 
 class RepoPartConverter:
@@ -49,6 +49,10 @@ urlpatterns = [
         name="model_pair",
     ),
     path("m/<repo:org>/<repo:name>/changes.atom", feeds.ModelChanges(), name="model_feed"),
+    path("m/<repo:org>/<repo:name>/resync", staff.resync, name="model_resync"),
+    path("m/<repo:org>/<repo:name>/recheck", staff.recheck, name="model_recheck"),
+    path("m/<repo:org>/<repo:name>/probe", staff.probe, name="model_probe"),
+    path("probes/", views.probe_queue, name="probes"),
     path("t/<sha:sha256>/", views.template_detail, name="template"),
     path(
         "t/<sha:sha256>/pair/<str:variant>/<str:session>/<int:index>/",
@@ -60,6 +64,7 @@ urlpatterns = [
     path("feeds/changes.atom", feeds.AllChanges(), name="feed"),
     path("feeds/authors/<repo:author>.atom", feeds.AuthorChanges(), name="author_feed"),
     path("api/models", api.models_list, name="api_models"),
+    path("api/probes", api.probe_queue, name="api_probes"),
     path("api/templates/<sha:sha256>", api.template_detail, name="api_template"),
     path("api/checks/<sha:sha256>", api.check_detail, name="api_check"),
     path("api/openapi.json", api.openapi, name="openapi"),

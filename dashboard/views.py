@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.paginator import Paginator
@@ -10,6 +11,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from cachesafe.health import cached_status
 from cachesafe.htmx import HtmxHttpRequest
 from registry.models import HubModel, ModelStatus, TemplateSnapshot, TemplateVersion, Verdict
 from registry.verdicts import latest_check
@@ -26,6 +28,7 @@ from .catalog import (
 from .models import ProbeStatus, Tools
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
+from .probes import ProbeQueue, ProbeView, latest_probe
 from .report_view import ReportView, model_sentence
 from .reports import find_pair
 
@@ -74,6 +77,70 @@ def _unknown_model(request: HttpRequest, repo_id: str) -> HttpResponse:
     return render(request, "dashboard/unknown_model.html", {"repo_id": repo_id}, status=404)
 
 
+def sync_requested_at(request: HttpRequest) -> datetime | None:
+    """`?sync=<epoch seconds>`: when a staff member asked for a re-sync (shown to staff only)."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_staff:
+        return None
+    try:
+        return datetime.fromtimestamp(float(request.GET["sync"]), tz=UTC)
+    except (KeyError, ValueError, OverflowError, OSError):
+        return None
+
+
+def page_url(request: HttpRequest, model: HubModel) -> str:
+    """Where live partials poll: this page, or the model's page when a staff action answers."""
+    if request.method == "GET":
+        return request.path
+    org, name = model.repo_id.split("/", 1)
+    return reverse("dashboard:model", args=[org, name])
+
+
+def probe_context(request: HttpRequest, model: HubModel) -> dict[str, Any]:
+    run = latest_probe(model)
+    probe = ProbeView.build(run) if run else None
+    return {
+        "model": model,
+        "probe": probe,
+        "probe_polling": bool(probe and probe.waiting),
+        "page_url": page_url(request, model),
+    }
+
+
+def model_context(
+    request: HttpRequest,
+    model: HubModel,
+    snapshot: TemplateSnapshot | None,
+    *,
+    sync_since: datetime | None = None,
+) -> dict[str, Any]:
+    """Everything the model page and its live partials show."""
+    check = latest_check(snapshot.default_template) if snapshot else None
+    view = ReportView.build(snapshot.default_template, check) if snapshot else None
+    sentence = model_sentence(model, view)
+    sync_since = sync_since or sync_requested_at(request)
+    return {
+        **probe_context(request, model),
+        "snapshot": snapshot,
+        "check": check,
+        "view": view,
+        "sentence": sentence,
+        # Poll while a check (or the first sync) is under way; the last answer stops polling.
+        "polling": view.checking if view else model.status == ModelStatus.PENDING,
+        "sync_since": sync_since,
+        "sync_param": f"{sync_since.timestamp():.6f}" if sync_since else "",
+        # Synced after the request: the sync ran (or a scheduled one did the same work).
+        "sync_done": bool(
+            sync_since and model.last_synced_at and model.last_synced_at >= sync_since
+        ),
+        "og_title": f"{model.repo_id}: {model.get_verdict_display()}",
+        "og_description": sentence,
+    }
+
+
+LIVE_PARTIALS = {"check-status", "probe-status", "sync-status"}
+
+
 @require_GET
 @cached_page
 def model_detail(
@@ -84,36 +151,41 @@ def model_detail(
         model = _model_or_404(request, org, name)
     except UnknownModel as exc:
         return _unknown_model(request, exc.repo_id)
+    target = request.htmx.target if request.htmx else None
+    if target == "probe-status":
+        # Polled every few seconds while a probe waits: only the probe, not the whole report.
+        context = probe_context(request, model)
+        response = render(request, "dashboard/model.html#probe-status", context)
+        if context["probe_polling"]:
+            response["Cache-Control"] = "no-store"
+        return response
     snapshot: TemplateSnapshot | None = model.current_snapshot
     if commit is not None:
         snapshot = get_object_or_404(
             model.snapshots.select_related("default_template"), commit_sha=commit
         )
-    check = latest_check(snapshot.default_template) if snapshot else None
-    view = ReportView.build(snapshot.default_template, check) if snapshot else None
-    sentence = model_sentence(model, view)
-    context: dict[str, Any] = {
-        "model": model,
-        "snapshot": snapshot,
-        "check": check,
-        "view": view,
-        "pinned": commit is not None,
-        "sentence": sentence,
-        # Poll while a check (or the first sync) is under way; the last answer stops polling.
-        "polling": view.checking if view else model.status == ModelStatus.PENDING,
-        "probe": None,  # probe reports are not stored yet: the page shows "No probe yet"
-        "og_title": f"{model.repo_id}: {model.get_verdict_display()}",
-        "og_description": sentence,
-    }
-    if request.htmx and request.htmx.target == "check-status":
-        response = render(request, "dashboard/model.html#check-status", context)
+    context = model_context(request, model, snapshot)
+    context["pinned"] = commit is not None
+    if target in LIVE_PARTIALS:
+        response = render(request, f"dashboard/model.html#{target}", context)
     else:
         context["timeline"] = history.timeline(model)
         context["named"] = history.named_templates(snapshot) if snapshot else []
         response = render(request, "dashboard/model.html", context)
-    if context["polling"]:
+    if context["polling"] or context["probe_polling"] or context["sync_since"]:
         # Live progress: neither our page cache nor the browser may keep this answer.
         response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+def probe_queue(request: HtmxHttpRequest) -> HttpResponse:
+    """What waits for the Mac worker, what it ran lately, and whether it is online."""
+    context = {"queue": ProbeQueue.load(), "worker": cached_status().probe_worker}
+    template = "dashboard/probes.html#queue" if request.htmx else "dashboard/probes.html"
+    response = render(request, template, context)
+    # Ages and the worker's state move by the minute: not kept by our page cache or the browser.
+    response["Cache-Control"] = "no-store"
     return response
 
 

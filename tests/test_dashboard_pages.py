@@ -48,7 +48,8 @@ def test_model_page_says_the_verdict_and_shows_the_evidence(
     assert '<tr id="L6" class="culprit">' in body
     assert '<tr id="L1">' in body  # a line that wrote nothing wrong is not highlighted
     assert "No probe yet" in body
-    assert "alerts coming soon" in body
+    # Subscribing is a real link to the alerts page, prefilled for this model.
+    assert f'href="/alerts/?repo_id={catalog.unsafe.repo_id}"' in body
     assert f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/" in body  # pinned permalink
 
 
@@ -91,9 +92,9 @@ def test_model_page_query_count_does_not_grow_with_history(
 ) -> None:
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0  # count the rendering, not the page cache
     url = f"/m/{catalog.changed.repo_id}/"
-    # model (+ snapshot, template, catalog row), newest check, timeline with both verdicts,
-    # named templates with theirs
-    with django_assert_num_queries(4):
+    # model (+ snapshot, template, catalog row), newest check, latest probe, timeline with both
+    # verdicts, named templates with theirs
+    with django_assert_num_queries(5):
         client.get(url)
     for n in range(20):
         TemplateChange.objects.create(
@@ -102,7 +103,7 @@ def test_model_page_query_count_does_not_grow_with_history(
             old_version=catalog.old_version,
             new_version=catalog.changed.current_snapshot.default_template,  # type: ignore[union-attr]
         )
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(5):
         response = client.get(url)
     assert response.content.decode().count("What changed") == 21
 

@@ -18,6 +18,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from checks.conversations import SESSIONS, TOOLS
+from dashboard.probes import record_probe
 from registry.models import HubModel, ModelStatus
 
 from .celery import app
@@ -87,6 +88,14 @@ def request_probe(model: HubModel, **job_options: Any) -> ProbeRun:
     return run
 
 
+def request_probe_once(model: HubModel) -> ProbeRun:
+    """The probe of `model` already waiting for the Mac worker, or a new one."""
+    with transaction.atomic():
+        HubModel.objects.select_for_update().filter(pk=model.pk).first()
+        waiting = ProbeRun.objects.waiting().filter(model=model).order_by("-queued_at").first()
+        return waiting or request_probe(model)
+
+
 def probe_worker_online() -> bool:
     return WorkerHeartbeat.objects.alive().filter(queues__contains="mlx").exists()
 
@@ -140,6 +149,7 @@ def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
         run.error = "" if ok else str(report.get("error") or "the probe failed")
         run.finished_at = timezone.now()
         run.save()
+        record_probe(run)
         previous = (
             ProbeRun.objects.filter(model=run.model, state=ProbeState.DONE)
             .exclude(pk=run.pk)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import template
 from django.urls import reverse
 
@@ -64,3 +66,16 @@ def repo_org(repo_id: str) -> str:
 @register.filter
 def repo_name(repo_id: str) -> str:
     return repo_id.split("/", 1)[-1]
+
+
+@register.filter
+def elapsed(value: timedelta | None) -> str:
+    """A duration the way a person reads it: "42 s", "3 min", "2 h 5 min"."""
+    if value is None:
+        return "–"
+    seconds = max(0, int(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
