@@ -351,6 +351,14 @@ def test_probe_queue_json(client: Client, catalog: Catalog) -> None:
     assert "/api/probes" in client.get("/api/openapi.json").json()["paths"]
 
 
+def test_model_api_carries_the_latest_probe(client: Client, catalog: Catalog) -> None:
+    assert client.get(f"/api/models/{catalog.unsafe.repo_id}").json()["probe"] is None
+    probed(catalog.unsafe)
+    probe = client.get(f"/api/models/{catalog.unsafe.repo_id}").json()["probe"]
+    assert (probe["state"], probe["verdict"], probe["disagreement"]) == ("done", "miss", True)
+    assert probe["machine"]["mlx_lm"] == "0.32.2" and "report" not in probe
+
+
 def test_probe_queue_refuses_post(client: Client) -> None:
     assert client.post("/probes/").status_code == 405
     assert client.post("/api/probes").status_code == 405
