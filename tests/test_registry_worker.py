@@ -29,7 +29,11 @@ def test_tracking_through_the_api_gets_the_repo_synced_by_a_worker_once(
     )
     celery_workers(
         queues="hub",
-        extra_env={"HF_ENDPOINT": fake_hub.url, "HF_TOKEN": "", "HF_REQUESTS_PER_5MIN": "1e9"},
+        extra_env={
+            "HF_ENDPOINT": fake_hub.url,
+            "HF_TOKEN": "",
+            "HF_REQUESTS_PER_5MIN": "1000000000",
+        },
     )
     response = Client().post(
         "/api/models", json.dumps({"repo_id": "acme/worked"}), content_type="application/json"

@@ -74,11 +74,15 @@ class WorkerProcess:
             start_new_session=True,
         )  # fmt: skip
         if wait:
-            row = wait_for(
-                lambda: WorkerHeartbeat.objects.filter(hostname__startswith=self.name).first(),
-                60,
-                f"worker {self.name} to report (log: {self.log()[-2000:]})",
-            )
+
+            def reported() -> WorkerHeartbeat | None:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise AssertionError(
+                        f"worker {self.name} exited with {self.proc.returncode}: {self.log()}"
+                    )
+                return WorkerHeartbeat.objects.filter(hostname__startswith=self.name).first()
+
+            row = wait_for(reported, 60, f"worker {self.name} to report")
             self.hostname = row.hostname
         return self
 

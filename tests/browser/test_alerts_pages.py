@@ -9,12 +9,11 @@ from playwright.sync_api import expect
 
 from alerts import tokens
 from alerts.models import Channel, ChannelKind, Subscription
-from tests.browser.conftest import chromium, page, screenshot
-from tests.dashboard_data import healthy_service
+from tests.browser.conftest import screenshot
 from tests.test_alerts_support import make_channel, make_model, make_user
 
+# The browser fixtures (one Chromium for the whole run) come from tests/browser/conftest.py.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-__all__ = ["chromium", "healthy_service", "page"]
 
 PASSWORD = "a long enough password 1"
 
