@@ -15,6 +15,7 @@ from cachesafe.health import cached_status
 from cachesafe.htmx import HtmxHttpRequest
 from registry.models import HubModel, ModelStatus, TemplateSnapshot, TemplateVersion, Verdict
 from registry.verdicts import latest_check
+from workers.probing import probe_worker_online
 
 from . import badges, history
 from .catalog import (
@@ -99,10 +100,13 @@ def page_url(request: HttpRequest, model: HubModel) -> str:
 def probe_context(request: HttpRequest, model: HubModel) -> dict[str, Any]:
     run = latest_probe(model)
     probe = ProbeView.build(run) if run else None
+    waiting = bool(probe and probe.waiting)
     return {
         "model": model,
         "probe": probe,
-        "probe_polling": bool(probe and probe.waiting),
+        "probe_polling": waiting,
+        # Only asked while a probe waits: "waiting" means little if nobody will pick it up.
+        "probe_worker_online": probe_worker_online() if waiting else None,
         "page_url": page_url(request, model),
     }
 

@@ -195,10 +195,13 @@ def test_a_queued_probe_polls_until_its_report_is_stored(client: Client, catalog
     assert page["Cache-Control"] == "no-store"  # live progress is never cached
     section = probe_section(page.content.decode())
     assert "Waiting for the Mac worker" in section and 'hx-trigger="every 3s"' in section
+    assert "The Mac worker is offline" in section  # no heartbeat from an mlx worker
+    WorkerHeartbeat.beat("mac-1", ["mlx"], {})
     poll = client.get(url, headers={**HTMX, "HX-Target": "probe-status"})
     fragment = poll.content.decode()
     assert fragment.lstrip().startswith('<div id="probe-status"') and "<html" not in fragment
     assert 'hx-trigger="every 3s"' in fragment and poll["Cache-Control"] == "no-store"
+    assert "offline" not in fragment
     ProbeRun.objects.filter(pk=run.pk).update(state=ProbeState.RUNNING, worker="mac-1")
     running = client.get(url, headers={**HTMX, "HX-Target": "probe-status"}).content.decode()
     assert "Running on the Mac" in running and "mac-1" in running and "hx-trigger" in running

@@ -97,7 +97,9 @@ def request_probe_once(model: HubModel) -> ProbeRun:
 
 
 def probe_worker_online() -> bool:
-    return WorkerHeartbeat.objects.alive().filter(queues__contains="mlx").exists()
+    # In Python, not `queues__contains`: SQLite (the embedded default) has no JSON containment,
+    # and there are only a few live workers.
+    return any(hb.is_probe_worker for hb in WorkerHeartbeat.objects.alive().only("queues"))
 
 
 def request_due_probes(limit: int = MAX_WAITING) -> int:
