@@ -37,14 +37,14 @@ $(UV):
 
 $(STAMP): requirements.lock package-lock.json | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements.lock
+	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
 	npm ci --silent --no-audit --no-fund
 	touch $@
 
 # The Mac probe worker: Python dependencies only (no npm), then the mlx queue alone.
 install-probe: | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements.lock
+	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
 
 probe-worker:
 	$(VENV)/bin/celery -A workers worker -Q mlx --pool solo --concurrency 1 -n mac@%h --loglevel INFO

@@ -73,6 +73,11 @@ def test_serve_runs_web_worker_and_beat_and_stops_on_ctrl_c(embedded_env: dict[s
         assert status == 200
         assert b"cachesafe-demo/chatml-tools-7b" in page
         assert Path(embedded_env["CACHESAFE_VAR_DIR"], "cachesafe.sqlite3").is_file()
+        # The demo was checked on start-up, and links name the port the server answers on.
+        status, model_page = get(f"{base}/m/cachesafe-demo/marker-chat-8b/")
+        assert status == 200
+        assert b"Breaks the cache" in model_page
+        assert f"{base}/m/cachesafe-demo/marker-chat-8b/at/".encode() in model_page
     finally:
         proc.send_signal(signal.SIGINT)
         try:

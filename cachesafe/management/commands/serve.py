@@ -83,6 +83,9 @@ class Command(BaseCommand):
         if not options["no_demo"]:
             call_command("seed_demo", verbosity=0)
 
+        # Links in pages and alerts name the address this server really answers on.
+        if not env.is_set("SITE_URL"):
+            os.environ["SITE_URL"] = f"http://{host}:{port}"
         python = sys.executable
         processes = {
             "web": [
