@@ -11,4 +11,8 @@ from .health import cached_status
 
 def site(request: HttpRequest) -> dict[str, Any]:
     """The site URL and the service status banner (asked only if a page shows it)."""
-    return {"SITE_URL": settings.SITE_URL, "service_status": SimpleLazyObject(cached_status)}
+    return {
+        "SITE_URL": settings.SITE_URL,
+        "HF_ENDPOINT": settings.HF_ENDPOINT,
+        "service_status": SimpleLazyObject(cached_status),
+    }
