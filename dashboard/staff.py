@@ -82,7 +82,7 @@ def recheck(request: HtmxHttpRequest, model: HubModel) -> HttpResponse:
     }
     with transaction.atomic():
         for version in versions.values():
-            request_check(version, force=True)
+            request_check(version, force=True, tokenizer_sha=snapshot.tokenizer_json_sha)
     if not request.htmx:
         return _back(model)
     return _partial(request, model, "check-status")

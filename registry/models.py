@@ -346,3 +346,16 @@ class CheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"check {self.template_version} ({self.engine_version}): {self.verdict}"
+
+
+class TokenizerFile(models.Model):
+    """A repo's tokenizer.json, fetched once per distinct file for token-level checks."""
+
+    #: The Hub's id of the file (as TemplateSnapshot.tokenizer_json_sha records it).
+    sha = models.CharField(max_length=64, unique=True)
+    size = models.BigIntegerField()
+    text = models.TextField()
+    fetched_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"tokenizer.json {self.sha[:12]} ({self.size:,} bytes)"

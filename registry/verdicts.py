@@ -20,15 +20,19 @@ from .models import CheckRun, CheckStatus, HubModel, TemplateVersion
 
 
 @transaction.atomic
-def record_check(template_version: TemplateVersion, report: TemplateReport) -> CheckRun:
+def record_check(
+    template_version: TemplateVersion, report: TemplateReport, *, tokenizer_sha: str | None = None
+) -> CheckRun:
     """Save `report` as the finished CheckRun of `template_version` (idempotent per engine
     version and tokenizer), and update the verdict of every model whose current default
-    template is this version. Returns the CheckRun."""
+    template is this version (and, with `tokenizer_sha`, whose tokenizer.json is that one: the
+    registry's id of the file, which the pipeline keys its runs by). Returns the CheckRun."""
     now = timezone.now()
+    key = tokenizer_sha if tokenizer_sha is not None else report.tokenizer_sha256 or ""
     run, _ = CheckRun.objects.update_or_create(
         template_version=template_version,
         engine_version=report.engine_version,
-        tokenizer_sha=report.tokenizer_sha256 or "",
+        tokenizer_sha=key,
         defaults={
             "status": CheckStatus.DONE,
             "verdict": report.verdict,
@@ -40,6 +44,8 @@ def record_check(template_version: TemplateVersion, report: TemplateReport) -> C
         },
     )
     models = HubModel.objects.filter(current_snapshot__default_template=template_version)
+    if tokenizer_sha is not None:
+        models = models.filter(current_snapshot__tokenizer_json_sha=tokenizer_sha)
     model_ids = list(models.values_list("id", flat=True))
     HubModel.objects.filter(id__in=model_ids).update(
         verdict=report.verdict, verdict_summary=report.summary, verdict_updated_at=now

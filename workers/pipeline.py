@@ -61,10 +61,13 @@ def send_check(run_id: int) -> None:
     transaction.on_commit(send)
 
 
-def request_check(version: TemplateVersion, *, force: bool = False) -> CheckRun:
-    """Make sure the current engine checks `version`; enqueue only when there is work to do."""
+def request_check(
+    version: TemplateVersion, *, force: bool = False, tokenizer_sha: str = ""
+) -> CheckRun:
+    """Make sure the current engine checks `version` (with that tokenizer.json, when one is
+    named); enqueue only when there is work to do."""
     run, created = CheckRun.objects.get_or_create(
-        template_version=version, engine_version=ENGINE_VERSION, tokenizer_sha=""
+        template_version=version, engine_version=ENGINE_VERSION, tokenizer_sha=tokenizer_sha
     )
     if created:
         send_check(run.pk)
@@ -96,22 +99,34 @@ def claim_template_changes(*, ids: Iterable[int] | None = None, limit: int = 500
         TemplateChange.objects.filter(pk__in=claimed).update(checks_claimed_at=timezone.now())
         changes = list(
             TemplateChange.objects.filter(pk__in=claimed).select_related(
-                "model", "old_version", "new_version"
+                "model", "old_version", "new_version", "snapshot", "model__current_snapshot"
             )
         )
         ModelEvent.objects.bulk_create(
             [_template_event(change) for change in changes], ignore_conflicts=True
         )
         announce_events()
-        versions = {c.new_version_id: c.new_version for c in changes if c.new_version}
-        runs = {run.template_version_id: run for run in request_checks(versions.values())}
-        done = [v for v, run in runs.items() if run.status == CheckStatus.DONE]
+        wanted = {
+            (c.new_version_id, _tokenizer_of(c)): c.model_id
+            for c in changes
+            if c.new_version_id is not None
+        }
+        runs = request_checks(wanted)
+        done = {(r.template_version_id, r.tokenizer_sha) for r in runs if r.status == "done"}
         if done:
             # Already checked (a template shared with other models): the verdict applies now.
             refresh_model_verdicts(
-                done, model_ids=[c.model_id for c in changes if c.new_version_id in done]
-            )
+                {v for v, _ in done},
+                model_ids=[c.model_id for c in changes if (c.new_version_id, _tokenizer_of(c))
+                           in done],
+            )  # fmt: skip
     return len(claimed)
+
+
+def _tokenizer_of(change: TemplateChange) -> str:
+    """The tokenizer.json the change's snapshot points to ("" for none: bytes only)."""
+    snapshot = change.snapshot or change.model.current_snapshot
+    return snapshot.tokenizer_json_sha if snapshot else ""
 
 
 def _template_event(change: TemplateChange) -> ModelEvent:
@@ -133,24 +148,28 @@ def _template_event(change: TemplateChange) -> ModelEvent:
     )
 
 
-def request_checks(versions: Iterable[TemplateVersion]) -> list[CheckRun]:
-    """`request_check` for many versions at once: one insert, one send per new run."""
-    ids = [v.pk for v in versions]
+def request_checks(pairs: Iterable[tuple[int, str]]) -> list[CheckRun]:
+    """`request_check` for many (version id, tokenizer sha) pairs: one insert, one send each."""
+    wanted = set(pairs)
+    if not wanted:
+        return []
+    ids = {v for v, _ in wanted}
     existing = CheckRun.objects.filter(
-        template_version__in=ids, engine_version=ENGINE_VERSION, tokenizer_sha=""
+        template_version__in=ids,
+        engine_version=ENGINE_VERSION,
+        tokenizer_sha__in={t for _, t in wanted},
     )
-    have = set(existing.values_list("template_version_id", flat=True))
+    have = set(existing.values_list("template_version_id", "tokenizer_sha"))
     CheckRun.objects.bulk_create(
         [
-            CheckRun(template_version_id=v, engine_version=ENGINE_VERSION, tokenizer_sha="")
-            for v in ids
-            if v not in have
+            CheckRun(template_version_id=v, engine_version=ENGINE_VERSION, tokenizer_sha=t)
+            for v, t in sorted(wanted - have)
         ],
         ignore_conflicts=True,
     )
-    runs = list(existing.all())
+    runs = [r for r in existing.all() if (r.template_version_id, r.tokenizer_sha) in wanted]
     for run in runs:
-        if run.template_version_id not in have:
+        if (run.template_version_id, run.tokenizer_sha) not in have:
             send_check(run.pk)
     return runs
 
@@ -165,22 +184,30 @@ def dispatch_template_changes(limit: int = 500) -> int:
     return claim_template_changes(limit=limit)
 
 
-def versions_in_use() -> Any:
-    """Template versions that some model's current snapshot uses (default or named)."""
+def pairs_in_use() -> set[tuple[int, str]]:
+    """(template version, tokenizer sha) of every current snapshot, default and named."""
     current = HubModel.objects.exclude(current_snapshot=None).values("current_snapshot")
-    return TemplateVersion.objects.filter(
-        Q(default_in__in=current)
-        | Q(pk__in=NamedTemplate.objects.filter(snapshot__in=current).values("version"))
-    ).distinct()
+    snapshots = TemplateSnapshot.objects.filter(pk__in=current)
+    pairs = set(snapshots.values_list("default_template_id", "tokenizer_json_sha"))
+    pairs |= set(
+        NamedTemplate.objects.filter(snapshot__in=snapshots).values_list(
+            "version_id", "snapshot__tokenizer_json_sha"
+        )
+    )
+    return pairs
 
 
 def request_missing_checks(limit: int = 500) -> int:
-    """Ask for checks of versions in use that this engine version has not checked yet."""
-    checked = CheckRun.objects.filter(engine_version=ENGINE_VERSION).values("template_version")
-    versions = list(versions_in_use().exclude(pk__in=checked).order_by("pk")[:limit])
+    """Ask for checks of what is in use that this engine version has not checked yet."""
+    checked = set(
+        CheckRun.objects.filter(engine_version=ENGINE_VERSION).values_list(
+            "template_version_id", "tokenizer_sha"
+        )
+    )
+    missing = sorted(pairs_in_use() - checked)[:limit]
     with transaction.atomic():
-        request_checks(versions)
-    return len(versions)
+        request_checks(missing)
+    return len(missing)
 
 
 def resend_stalled_checks(limit: int = 500) -> int:
@@ -225,7 +252,7 @@ def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
             raise ValueError(f"report of engine {parsed.engine_version} for run {run.pk}")
         # The one place a report enters the database (run, default-template verdict, catalog
         # columns); then the verdict of models with several named templates, and the events.
-        record_check(version, parsed)
+        record_check(version, parsed, tokenizer_sha=run.tokenizer_sha)
         return refresh_model_verdicts([version.pk], before=before)
 
 
@@ -258,21 +285,22 @@ def _targets(rows: list[dict[str, Any]]) -> dict[int, _Target | None]:
     wanted = {v for row in rows for v in named[row["current_snapshot_id"]].values()}
     wanted |= {row["current_snapshot__default_template_id"] for row in rows}
     runs = {
-        run.template_version_id: run
+        (run.template_version_id, run.tokenizer_sha): run
         for run in CheckRun.objects.filter(
             template_version__in=wanted, engine_version=ENGINE_VERSION, status=CheckStatus.DONE
-        ).only("id", "template_version_id", "verdict", "summary")
+        ).only("id", "template_version_id", "tokenizer_sha", "verdict", "summary")
     }
     targets: dict[int, _Target | None] = {}
     for row in rows:
         default = row["current_snapshot__default_template_id"]
+        tokenizer = row["current_snapshot__tokenizer_json_sha"]
         names = named[row["current_snapshot_id"]]
-        needed = {default, *names.values()}
+        needed = {(v, tokenizer) for v in {default, *names.values()}}
         if not needed <= runs.keys():
             targets[row["pk"]] = None
             continue
-        worst = max((runs[v] for v in needed), key=lambda r: VERDICT_SEVERITY[Verdict(r.verdict)])
-        summary = runs[default].summary
+        worst = max((runs[k] for k in needed), key=lambda r: VERDICT_SEVERITY[Verdict(r.verdict)])
+        summary = runs[(default, tokenizer)].summary
         if worst.template_version_id != default:
             name = next(n for n, v in names.items() if v == worst.template_version_id)
             summary = f"{summary} Its “{name}” template: {worst.summary}"
@@ -295,7 +323,7 @@ def refresh_model_verdicts(
     rows = list(
         _models_using(list(version_ids), model_ids).values(
             "pk", "repo_id", "verdict", "verdict_summary", "current_snapshot_id",
-            "current_snapshot__default_template_id",
+            "current_snapshot__default_template_id", "current_snapshot__tokenizer_json_sha",
         )
     )  # fmt: skip
     targets = _targets(rows)

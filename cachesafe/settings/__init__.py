@@ -158,6 +158,8 @@ HF_TIMEOUT_SECONDS = env.integer("HF_TIMEOUT_SECONDS", 20, minimum=1, maximum=30
 REGISTRY_HISTORY_LIMIT = env.integer("REGISTRY_HISTORY_LIMIT", 50, minimum=1, maximum=10000)
 REGISTRY_MAX_TEMPLATE_BYTES = env.integer("REGISTRY_MAX_TEMPLATE_BYTES", 1 << 20, minimum=1024)
 REGISTRY_MAX_JSON_BYTES = env.integer("REGISTRY_MAX_JSON_BYTES", 16 << 20, minimum=1024)
+#: Larger tokenizer.json files are not fetched; their models get byte-level checks only.
+REGISTRY_MAX_TOKENIZER_BYTES = env.integer("REGISTRY_MAX_TOKENIZER_BYTES", 64 << 20, minimum=1024)
 
 # Email: SMTP when EMAIL_HOST is set, else messages are written under VAR_DIR/mail.
 EMAIL_HOST = env.text("EMAIL_HOST", "")
