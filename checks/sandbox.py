@@ -151,7 +151,14 @@ class SandboxPool:
 
     def _spawn(self) -> _Worker:
         worker = _Worker(self.limits)
-        if not worker.wait_ready(_STARTUP_SECONDS):
+        try:
+            ready = worker.wait_ready(_STARTUP_SECONDS)
+        except BaseException:
+            # Interrupted while the worker starts (a Celery soft time limit lands anywhere): a
+            # half-started worker is never handed a job, and must not outlive this call.
+            self._discard(worker)
+            raise
+        if not ready:
             worker.kill()
             raise SandboxError("sandbox process did not start")
         with self._lock:

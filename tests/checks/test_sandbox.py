@@ -9,10 +9,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from checks import SandboxPool, check_template
+from checks import SandboxPool, check_template, sandbox
 from checks.reports import SAFE, UNSAFE
 from tests.checks.conftest import CHATML
 
@@ -102,23 +103,67 @@ class Interrupted(Exception):
     pass
 
 
-def test_an_interrupted_job_never_answers_the_next_one() -> None:
-    """A Celery soft time limit can interrupt the parent mid-job; the late answer is discarded."""
+SLOW = "{% for i in range(100000) %}{% for j in range(60) %}{% endfor %}{% endfor %}" + CHATML
+
+
+def test_an_interrupted_job_never_answers_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Celery soft time limit can interrupt the parent mid-job; the late answer is discarded.
+
+    The interrupt is armed when the job is written to a started worker, so it lands while that
+    worker renders, however long start-up takes on a busy machine.
+    """
     pool = SandboxPool(size=1)
-    slow = "{% for i in range(100000) %}{% for j in range(60) %}{% endfor %}{% endfor %}" + CHATML
+    sent = sandbox._Worker.request
+
+    def send_then_interrupt(
+        worker: sandbox._Worker, job: dict[str, Any], deadline: float
+    ) -> dict[str, Any] | None:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        return sent(worker, job, deadline)
 
     def interrupt(signum: int, frame: object) -> None:
         raise Interrupted
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        with pytest.raises(Interrupted):
-            check_template(slow, pool=pool, cache=None, wall_seconds=30)
+        assert check_template(CHATML, pool=pool, cache=None).verdict == SAFE
+        [first] = pool._workers
+        with monkeypatch.context() as patch:
+            patch.setattr(sandbox._Worker, "request", send_then_interrupt)
+            with pytest.raises(Interrupted):
+                check_template(SLOW, pool=pool, cache=None, wall_seconds=30)
         signal.setitimer(signal.ITIMER_REAL, 0)
+        assert first.process.poll() is not None, "the interrupted worker was left running"
         report = check_template(MARKER, pool=pool, cache=None)
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        pool.close()
+    assert report.verdict == UNSAFE
+    assert pool.restarts == 1
+
+
+def test_an_interrupt_during_worker_start_up_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Start-up takes about 0.3 s; an interrupt there must not leak a half-started worker."""
+    pool = SandboxPool(size=1)
+    started: list[sandbox._Worker] = []
+
+    def interrupted_start(worker: sandbox._Worker, seconds: float) -> bool:
+        started.append(worker)
+        raise Interrupted
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(sandbox._Worker, "wait_ready", interrupted_start)
+            with pytest.raises(Interrupted):
+                check_template(CHATML, pool=pool, cache=None)
+        [half_started] = started
+        assert half_started.process.poll() is not None, "the half-started worker is still running"
+        assert pool._workers == []
+        report = check_template(MARKER, pool=pool, cache=None)
+    finally:
         pool.close()
     assert report.verdict == UNSAFE
     assert pool.restarts == 1
