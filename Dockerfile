@@ -1,9 +1,4 @@
 # Production image for web, worker and beat (see docker-compose.yml).
-FROM node:20-bookworm-slim AS static
-WORKDIR /src
-COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
-
 FROM python:3.11-slim-bookworm
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 CACHESAFE_VAR_DIR=/var/lib/cachesafe
 WORKDIR /app
@@ -11,7 +6,6 @@ RUN pip install --no-cache-dir uv==0.13.9
 COPY requirements.lock ./
 RUN uv pip sync --system --require-hashes requirements.lock
 COPY . .
-COPY --from=static /src/node_modules ./node_modules
 RUN useradd --create-home cachesafe && mkdir -p /var/lib/cachesafe \
     && DEBUG=false SECRET_KEY=build-only python manage.py collectstatic --noinput \
     && chown -R cachesafe /var/lib/cachesafe

@@ -35,13 +35,12 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(STAMP): requirements.lock package-lock.json | $(UV)
+$(STAMP): requirements.lock | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
-	npm ci --silent --no-audit --no-fund
 	touch $@
 
-# The Mac probe worker: Python dependencies only (no npm), then the mlx queue alone.
+# The Mac probe worker: Python dependencies only, then the mlx queue alone.
 install-probe: | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
@@ -55,4 +54,4 @@ lock: $(UV)
 		--python-version 3.11 --generate-hashes --no-header --quiet -o requirements.lock
 
 clean:
-	rm -rf $(VENV) $(TOOLS) node_modules
+	rm -rf $(VENV) $(TOOLS)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from alerts import outbound
-from alerts.receiver import WebhookReceiver
 from tests.test_alerts_support import loopback, receiver
+from tests.webhook_receiver import WebhookReceiver
 
 __all__ = ["loopback", "receiver"]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.conf import settings
+from django.contrib.staticfiles import finders
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
@@ -301,3 +303,10 @@ def test_a_check_that_failed_says_why_and_stops_polling(client: Client, catalog:
     body = client.get(f"/m/{PENDING_REPO}/").content.decode()
     assert "could not finish (sandbox process died (signal 9))" in body
     assert "hx-trigger" not in body
+
+
+def test_pages_load_htmx_from_our_own_static_files(client: Client, catalog: Catalog) -> None:
+    body = client.get("/").content.decode()
+    [src] = re.findall(r'<script src="([^"]*htmx[^"]*\.js)"', body)
+    assert src.startswith(settings.STATIC_URL), src  # never a CDN
+    assert finders.find(src.removeprefix(settings.STATIC_URL)) is not None

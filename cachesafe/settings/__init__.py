@@ -195,11 +195,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    # htmx comes from the npm registry, pinned in package-lock.json (make installs it).
-    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
-]
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {

@@ -1,7 +1,7 @@
 """A webhook receiver on 127.0.0.1 for tests and local trials: it verifies signatures the way
 docs/alerts.md tells receivers to, and records what it got.
 
-    python -m alerts.receiver --port 9000 --secret <the channel's secret>
+    python -m tests.webhook_receiver --port 9000 --secret <the channel's secret>
 
 (the sender needs ALERTS_ALLOW_LOOPBACK=true, a setting for local testing only).
 """
