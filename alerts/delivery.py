@@ -21,8 +21,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from registry.models import ModelEvent
 from workers import leases
-from workers.models import ModelEvent
 
 from . import senders
 from .models import Channel, Delivery, Digest, SendRecord, SendStatus, Subscription

@@ -14,8 +14,7 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from registry.models import HubModel, Verdict
-from workers.models import EventKind, ModelEvent
+from registry.models import EventKind, HubModel, ModelEvent, Verdict
 
 #: How many characters of an error we keep (a webhook may answer with a whole HTML page).
 ERROR_CHARS = 500

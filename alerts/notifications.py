@@ -15,8 +15,7 @@ from django.conf import settings
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from registry.models import HubModel, Verdict
-from workers.models import EventKind, ModelEvent
+from registry.models import EventKind, HubModel, ModelEvent, Verdict
 
 #: A digest lists at most this many events (the rest are counted, and on the site).
 DIGEST_MAX_EVENTS = 100

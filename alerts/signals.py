@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from workers.models import ModelEvent
+from registry.models import ModelEvent
 
 from .delivery import enqueue
 

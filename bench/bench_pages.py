@@ -100,9 +100,9 @@ def populate() -> dict[str, Any]:
     from registry.models import (
         HubModel,
         ModelStatus,
+        SourceFile,
         TemplateChange,
         TemplateSnapshot,
-        TemplateSource,
         TemplateVersion,
     )
     from registry.verdicts import check_in_process, record_check
@@ -142,7 +142,7 @@ def populate() -> dict[str, Any]:
         TemplateSnapshot(
             model=model,
             commit_sha=f"{model.id:040x}",
-            source_file=TemplateSource.CHAT_TEMPLATE_JINJA,
+            source_file=SourceFile.CHAT_TEMPLATE_JINJA,
             default_template=versions[model.id % len(versions)],
             special_tokens=tokens,
         )

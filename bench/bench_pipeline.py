@@ -81,9 +81,9 @@ def run(MODELS: int) -> int:  # noqa: N803 - reads as the constant it is within 
         HubModel,
         ModelStatus,
         NamedTemplate,
+        SourceFile,
         TemplateChange,
         TemplateSnapshot,
-        TemplateSource,
         TemplateVersion,
     )
     from workers import pipeline
@@ -102,7 +102,7 @@ def run(MODELS: int) -> int:  # noqa: N803 - reads as the constant it is within 
     )
     snapshots = TemplateSnapshot.objects.bulk_create(
         TemplateSnapshot(
-            model=m, commit_sha=f"{i:040x}", source_file=TemplateSource.TOKENIZER_CONFIG,
+            model=m, commit_sha=f"{i:040x}", source_file=SourceFile.TOKENIZER_CONFIG,
             default_template=versions[i % len(versions)],
         )
         for i, m in enumerate(models)

@@ -15,9 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from cachesafe.health import cached_status
-from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
+from registry.models import CheckRun, CheckStatus, HubModel, ProbeRun, TemplateVersion
 from registry.verdicts import latest_check
-from workers.models import ProbeRun
 
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .openapi import schema

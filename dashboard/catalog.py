@@ -8,9 +8,7 @@ from urllib.parse import urlencode
 from django.db.models import Q, QuerySet
 from django.http import QueryDict
 
-from registry.models import HubModel, TemplateVersion, Verdict
-
-from .models import ProbeStatus, Thinking, Tools
+from registry.models import HubModel, ProbeStatus, TemplateVersion, Thinking, Tools, Verdict
 
 PAGE_SIZE = 50
 

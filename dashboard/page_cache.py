@@ -22,8 +22,14 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 
-from registry.models import CheckRun, HubModel, NamedTemplate, TemplateChange, TemplateSnapshot
-from workers.models import ProbeRun
+from registry.models import (
+    CheckRun,
+    HubModel,
+    NamedTemplate,
+    ProbeRun,
+    TemplateChange,
+    TemplateSnapshot,
+)
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "dashboard:generation"

@@ -9,10 +9,14 @@ from typing import Any
 
 from django.utils import timezone
 
-from registry.models import HubModel
-from workers.models import ProbeRun, ProbeState, ProbeVerdict
-
-from .models import CatalogVerdict, ProbeStatus
+from registry.models import (
+    CatalogVerdict,
+    HubModel,
+    ProbeRun,
+    ProbeState,
+    ProbeStatus,
+    ProbeVerdict,
+)
 
 #: How many finished probes the queue page lists.
 RECENT_LIMIT = 20

@@ -13,7 +13,15 @@ from django.views.decorators.http import require_GET
 
 from cachesafe.health import cached_status
 from cachesafe.htmx import HtmxHttpRequest
-from registry.models import HubModel, ModelStatus, TemplateSnapshot, TemplateVersion, Verdict
+from registry.models import (
+    HubModel,
+    ModelStatus,
+    ProbeStatus,
+    TemplateSnapshot,
+    TemplateVersion,
+    Tools,
+    Verdict,
+)
 from registry.verdicts import latest_check
 from workers.probing import probe_worker_online
 
@@ -26,7 +34,6 @@ from .catalog import (
     CatalogQuery,
     models_using,
 )
-from .models import ProbeStatus, Tools
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe

@@ -12,8 +12,8 @@ from .models import (
     HubModel,
     ModelStatus,
     NamedTemplate,
+    SourceFile,
     TemplateSnapshot,
-    TemplateSource,
     TemplateVersion,
 )
 from .verdicts import check_in_process, record_check
@@ -88,7 +88,7 @@ def seed_demo_catalog() -> int:
         snapshot = TemplateSnapshot.objects.create(
             model=model,
             commit_sha="0" * 40,
-            source_file=TemplateSource.LOCAL,
+            source_file=SourceFile.LOCAL,
             default_template=version,
             special_tokens={"bos_token": "<s>", "eos_token": "<|im_end|>"},
         )

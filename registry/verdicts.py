@@ -13,8 +13,8 @@ from checks.engine import run_check
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import TemplateReport
 from checks.sources import TemplateSource
-from dashboard.models import CatalogVerdict
 from dashboard.reports import digest
+from registry.models import CatalogVerdict
 
 from .models import CheckRun, CheckStatus, HubModel, TemplateVersion
 

@@ -15,9 +15,9 @@ from registry.models import (
     CheckStatus,
     HubModel,
     ModelStatus,
+    SourceFile,
     TemplateChange,
     TemplateSnapshot,
-    TemplateSource,
     TemplateVersion,
 )
 from registry.verdicts import check_in_process, record_check
@@ -70,7 +70,7 @@ def add_model(
     snapshot = TemplateSnapshot.objects.create(
         model=model,
         commit_sha=commit,
-        source_file=TemplateSource.CHAT_TEMPLATE_JINJA,
+        source_file=SourceFile.CHAT_TEMPLATE_JINJA,
         default_template=version,
         special_tokens=TOKENS,
     )

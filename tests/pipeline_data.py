@@ -9,9 +9,9 @@ from registry.models import (
     HubModel,
     ModelStatus,
     NamedTemplate,
+    SourceFile,
     TemplateChange,
     TemplateSnapshot,
-    TemplateSource,
     TemplateVersion,
 )
 
@@ -32,7 +32,7 @@ def add_model(repo_id: str, text: str, *, downloads: int = 0) -> HubModel:
     snapshot = TemplateSnapshot.objects.create(
         model=model,
         commit_sha=commit,
-        source_file=TemplateSource.TOKENIZER_CONFIG,
+        source_file=SourceFile.TOKENIZER_CONFIG,
         default_template=version,
         special_tokens={"bos_token": "<s>", "eos_token": "<|im_end|>"},
     )

@@ -11,8 +11,7 @@ from django.utils import timezone
 from alerts import delivery, senders
 from alerts.models import ChannelKind, Delivery, Digest, Rule, SendStatus
 from alerts.notifications import EventLine, Notification
-from alerts.receiver import WebhookReceiver, verify_signature
-from registry.models import Verdict
+from registry.models import EventKind, ModelEvent, Verdict
 from tests.test_alerts_support import (
     SHA_NEW,
     SHA_OLD,
@@ -24,7 +23,7 @@ from tests.test_alerts_support import (
     receiver,
     subscribe,
 )
-from workers.models import EventKind, ModelEvent
+from tests.webhook_receiver import WebhookReceiver, verify_signature
 
 pytestmark = pytest.mark.django_db
 __all__ = ["loopback", "receiver"]

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from alerts import delivery, tokens
 from alerts.models import Channel, ChannelKind, Delivery
-from registry.models import Verdict
+from registry.models import ModelEvent, Verdict
 from tests.test_alerts_support import (
     SHA_NEW,
     SHA_OLD,
@@ -25,7 +25,6 @@ from tests.test_alerts_support import (
     own_cache,
     subscribe,
 )
-from workers.models import ModelEvent
 
 pytestmark = pytest.mark.django_db
 __all__ = ["own_cache"]

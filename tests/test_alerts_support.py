@@ -10,9 +10,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from alerts.models import Channel, ChannelKind, Subscription, SubscriptionTarget
-from alerts.receiver import WebhookReceiver
-from registry.models import HubModel, ModelStatus, Verdict
-from workers.models import EventKind, ModelEvent
+from registry.models import EventKind, HubModel, ModelEvent, ModelStatus, Verdict
+from tests.webhook_receiver import WebhookReceiver
 
 SHA_OLD = "a" * 64
 SHA_NEW = "b" * 64

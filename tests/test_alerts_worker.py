@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from alerts.models import ChannelKind, Delivery, SendStatus
-from alerts.receiver import WebhookReceiver
-from registry.models import HubModel
+from registry.models import HubModel, Lease, ModelEvent
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import upload_files
 from tests.fakehub.fixtures import fake_hub
@@ -24,9 +23,9 @@ from tests.test_alerts_support import (
     receiver,
     subscribe,
 )
+from tests.webhook_receiver import WebhookReceiver
 from tests.workerproc import wait_for
 from workers.hub import sync_repo
-from workers.models import Lease, ModelEvent
 from workers.notify import claim_event, dispatch_events, send_delivery
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]

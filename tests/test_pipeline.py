@@ -11,13 +11,21 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from registry.models import CheckRun, CheckStatus, HubModel, TemplateChange, Verdict
+from registry.models import (
+    CheckRun,
+    CheckStatus,
+    EventKind,
+    HubModel,
+    Lease,
+    ModelEvent,
+    TemplateChange,
+    Verdict,
+)
 from tests.pipeline_data import SAFE_TEMPLATE, SLOW_PREFIX, UNSAFE_TEMPLATE, add_model
 from tests.tcpproxy import TcpProxy
 from tests.workerproc import wait_for
 from workers import pipeline
 from workers.checking import dispatch_template_changes, run_check
-from workers.models import EventKind, Lease, ModelEvent
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

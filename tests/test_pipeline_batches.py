@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 
 from checks import TemplateReport
-from registry.models import CheckRun, CheckStatus, HubModel, Verdict
+from registry.models import CheckRun, CheckStatus, EventKind, HubModel, ModelEvent, Verdict
 from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
 from workers import pipeline
-from workers.models import EventKind, ModelEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,15 +17,24 @@ from pytest_django import DjangoAssertNumQueries, DjangoCaptureOnCommitCallbacks
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from cachesafe import health
-from dashboard.models import CatalogVerdict, ProbeStatus
-from registry.models import CheckRun, CheckStatus, HubModel, NamedTemplate, TemplateVersion
+from registry.models import (
+    CatalogVerdict,
+    CheckRun,
+    CheckStatus,
+    HubModel,
+    NamedTemplate,
+    ProbeRun,
+    ProbeState,
+    ProbeStatus,
+    TemplateVersion,
+)
 from tests.dashboard_data import (
     HOSTILE_REPO,
     Catalog,
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
 )
-from workers.models import ProbeRun, ProbeState, WorkerHeartbeat
+from workers.models import WorkerHeartbeat
 from workers.probing import store_report
 
 pytestmark = pytest.mark.django_db

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from registry.models import HubModel
+from registry.models import EventKind, HubModel, ModelEvent, ProbeRun, ProbeState
 from tests.conftest import free_port
 from tests.pipeline_data import SAFE_TEMPLATE, add_model
 from tests.workerproc import wait_for
 from workers import probing
-from workers.models import EventKind, ModelEvent, ProbeRun, ProbeState, WorkerHeartbeat
+from workers.models import WorkerHeartbeat
 
 CPU_JOB = {"prompt_sizes": [128], "paths": ["library"], "repeats": 1}
 

@@ -15,7 +15,9 @@ from django.test.utils import CaptureQueriesContext
 from registry.api import model_json
 from registry.hub import HubClient, HubUnavailable
 from registry.models import (
+    EventKind,
     HubModel,
+    ModelEvent,
     ModelStatus,
     NamedTemplate,
     TemplateChange,
@@ -27,7 +29,6 @@ from registry.sync import RegistrySync, SyncResult
 from tests.fakehub import FakeHub, load_corpus
 from tests.fakehub.corpus import tokenizer_config, upload_files
 from tests.fakehub.fixtures import Sleeps, corpus_hub, fake_hub, hub_settings, sleeps
-from workers.models import EventKind, ModelEvent
 
 pytestmark = pytest.mark.django_db
 __all__ = ["corpus_hub", "fake_hub", "hub_settings", "sleeps"]

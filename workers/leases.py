@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .models import Lease
+from registry.models import Lease
 
 
 def current_holder() -> str:

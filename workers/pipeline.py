@@ -22,7 +22,9 @@ from checks import ENGINE_VERSION, TemplateReport
 from registry.models import (
     CheckRun,
     CheckStatus,
+    EventKind,
     HubModel,
+    ModelEvent,
     NamedTemplate,
     TemplateChange,
     TemplateSnapshot,
@@ -31,7 +33,6 @@ from registry.models import (
 )
 from registry.verdicts import record_check
 
-from .models import EventKind, ModelEvent
 from .receivers import announce_events
 
 logger = logging.getLogger(__name__)

@@ -19,19 +19,20 @@ from django.utils import timezone
 
 from checks.conversations import SESSIONS, TOOLS
 from dashboard.probes import record_probe
-from registry.models import HubModel, ModelStatus
-
-from .celery import app
-from .locks import single_running
-from .models import (
+from registry.models import (
     PROBE_SEVERITY,
     EventKind,
+    HubModel,
     ModelEvent,
+    ModelStatus,
     ProbeRun,
     ProbeState,
     ProbeVerdict,
-    WorkerHeartbeat,
 )
+
+from .celery import app
+from .locks import single_running
+from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,8 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
-from registry.models import HubModel
+from registry.models import EventKind, HubModel, ModelEvent
 from registry.signals import status_changed, template_changed
-
-from .models import EventKind, ModelEvent
 
 logger = logging.getLogger(__name__)
 

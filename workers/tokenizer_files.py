@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from registry.hub import HubClient, HubUnavailable, RepoUnavailable
-from registry.models import TemplateSnapshot, TemplateSource, TokenizerFile
+from registry.models import SourceFile, TemplateSnapshot, TokenizerFile
 from registry.repo_files import BrokenRepo
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def tokenizer_text(sha: str, client: HubClient | None = None) -> str:
         return stored
     snapshot = (
         TemplateSnapshot.objects.filter(tokenizer_json_sha=sha)
-        .exclude(source_file=TemplateSource.LOCAL)
+        .exclude(source_file=SourceFile.LOCAL)
         .select_related("model")
         .order_by("-created_at")
         .first()

@@ -10,9 +10,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from playwright.sync_api import expect
 
+from registry.models import ProbeRun
 from tests.dashboard_data import Catalog, build_catalog
 from tests.test_probe_pages import REPORT, probed
-from workers.models import ProbeRun, WorkerHeartbeat
+from workers.models import WorkerHeartbeat
 from workers.probing import store_report
 
 from .conftest import ARTIFACTS, screenshot

@@ -1,4 +1,4 @@
-"""The catalog: Hugging Face models, every version of their chat templates, and verdicts."""
+"""The catalog: Hugging Face models, every version of their chat templates, where they came from."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class HubModel(models.Model):
     library_name = models.CharField(max_length=100, blank=True)
     model_type = models.CharField(max_length=100, blank=True)
     architectures = models.JSONField(default=list, blank=True)
-    #: Recurrent/SSM/linear-attention layers: the cache cannot be trimmed back (CHECKS.md §1).
+    #: Recurrent/SSM/linear-attention layers: the cache cannot be trimmed back to a prefix.
     is_hybrid = models.BooleanField(default=False, db_index=True)
     #: Sliding-window or chunked attention layers: the cache is trimmable only inside the window.
     has_sliding_window = models.BooleanField(default=False)
@@ -168,7 +168,7 @@ class HubModel(models.Model):
         return self.repo_id.split("/", 1)[-1]
 
 
-class TemplateSource(models.TextChoices):
+class SourceFile(models.TextChoices):
     """Which file of a repo the template came from (transformers 5.x precedence)."""
 
     CHAT_TEMPLATE_JINJA = "chat_template.jinja", "chat_template.jinja"
@@ -184,7 +184,7 @@ class TemplateSnapshot(models.Model):
     model = models.ForeignKey(HubModel, on_delete=models.CASCADE, related_name="snapshots")
     commit_sha = models.CharField(max_length=40)
     committed_at = models.DateTimeField(null=True, blank=True)
-    source_file = models.CharField(max_length=40, choices=TemplateSource.choices)
+    source_file = models.CharField(max_length=40, choices=SourceFile.choices)
     default_template = models.ForeignKey(
         TemplateVersion, on_delete=models.PROTECT, related_name="default_in"
     )
@@ -306,46 +306,6 @@ class Watch(models.Model):
             "sort": self.sort,
             "limit": self.limit,
         }
-
-
-class CheckStatus(models.TextChoices):
-    PENDING = "pending", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
-
-
-class CheckRun(models.Model):
-    """The engine's report on one template version, for one engine version (and tokenizer)."""
-
-    template_version = models.ForeignKey(
-        TemplateVersion, on_delete=models.CASCADE, related_name="check_runs"
-    )
-    engine_version = models.CharField(max_length=40)
-    tokenizer_sha = models.CharField(max_length=64, blank=True, default="")
-    status = models.CharField(
-        max_length=16, choices=CheckStatus.choices, default=CheckStatus.PENDING, db_index=True
-    )
-    verdict = models.CharField(max_length=32, choices=Verdict.choices, default=Verdict.PENDING)
-    summary = models.TextField(blank=True)
-    report = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    progress = models.PositiveSmallIntegerField(default=0)
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["template_version", "engine_version", "tokenizer_sha"],
-                name="one_check_per_engine_version",
-            )
-        ]
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"check {self.template_version} ({self.engine_version}): {self.verdict}"
 
 
 class TokenizerFile(models.Model):

@@ -1,11 +1,51 @@
-"""What the catalog filters on besides HubModel's own verdict: one row per model, no joins to
-check reports. Written by `registry.verdicts.record_check` whenever a model's verdict changes."""
+"""What the engine said about a template version, and the catalog's copy of it per model."""
 
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
-from registry.models import HubModel, Verdict
+from .catalog import HubModel, TemplateVersion, Verdict
+
+
+class CheckStatus(models.TextChoices):
+    PENDING = "pending", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class CheckRun(models.Model):
+    """The engine's report on one template version, for one engine version (and tokenizer)."""
+
+    template_version = models.ForeignKey(
+        TemplateVersion, on_delete=models.CASCADE, related_name="check_runs"
+    )
+    engine_version = models.CharField(max_length=40)
+    tokenizer_sha = models.CharField(max_length=64, blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=CheckStatus.choices, default=CheckStatus.PENDING, db_index=True
+    )
+    verdict = models.CharField(max_length=32, choices=Verdict.choices, default=Verdict.PENDING)
+    summary = models.TextField(blank=True)
+    report = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    progress = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["template_version", "engine_version", "tokenizer_sha"],
+                name="one_check_per_engine_version",
+            )
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"check {self.template_version} ({self.engine_version}): {self.verdict}"
 
 
 class Thinking(models.TextChoices):
@@ -26,7 +66,7 @@ class Tools(models.TextChoices):
 
 
 class ProbeStatus(models.TextChoices):
-    """The verdict of the model's latest finished mlx-lm probe (workers.models.ProbeVerdict)."""
+    """The verdict of the model's latest finished mlx-lm probe (`ProbeVerdict`)."""
 
     NONE = "none", "No probe yet"
     HIT = "hit", "Probe: cache reused"
@@ -36,7 +76,11 @@ class ProbeStatus(models.TextChoices):
 
 
 class CatalogVerdict(models.Model):
-    """Per-variant verdicts of a model's current template, denormalized for the catalog."""
+    """Per-variant verdicts of a model's current template, denormalized for the catalog.
+
+    Written only by `HubModel.objects.refresh_verdicts` (and the probe columns by
+    `ProbeRun.store_report`), in the transaction that changes what they copy.
+    """
 
     model = models.OneToOneField(
         HubModel, on_delete=models.CASCADE, primary_key=True, related_name="catalog_verdict"

@@ -1,0 +1,59 @@
+"""The registry's tables: the catalog, its template versions, checks, events and probes."""
+
+from __future__ import annotations
+
+from .catalog import (
+    REPO_ID_RE,
+    HubModel,
+    HubModelQuerySet,
+    ModelStatus,
+    NamedTemplate,
+    SourceFile,
+    TemplateChange,
+    TemplateSnapshot,
+    TemplateVersion,
+    TemplateVersionQuerySet,
+    TokenizerFile,
+    Verdict,
+    Watch,
+    WatchKind,
+    WatchQuerySet,
+    validate_repo_id,
+)
+from .check_runs import CatalogVerdict, CheckRun, CheckStatus, ProbeStatus, Thinking, Tools
+from .events import EventKind, ModelEvent
+from .jobs import Lease
+from .probes import PROBE_SEVERITY, ProbeRun, ProbeRunQuerySet, ProbeState, ProbeVerdict
+
+__all__ = [
+    "PROBE_SEVERITY",
+    "REPO_ID_RE",
+    "CatalogVerdict",
+    "CheckRun",
+    "CheckStatus",
+    "EventKind",
+    "HubModel",
+    "HubModelQuerySet",
+    "Lease",
+    "ModelEvent",
+    "ModelStatus",
+    "NamedTemplate",
+    "ProbeRun",
+    "ProbeRunQuerySet",
+    "ProbeState",
+    "ProbeStatus",
+    "ProbeVerdict",
+    "SourceFile",
+    "TemplateChange",
+    "TemplateSnapshot",
+    "TemplateVersion",
+    "TemplateVersionQuerySet",
+    "Thinking",
+    "TokenizerFile",
+    "Tools",
+    "Verdict",
+    "Watch",
+    "WatchKind",
+    "WatchQuerySet",
+    "validate_repo_id",
+]

@@ -1,0 +1,75 @@
+"""Migrations keep every row: a database populated before a table changed owner is migrated
+forward, and what the old apps held is found through the new owner's models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The last state before registry took over ModelEvent, Lease, ProbeRun and CatalogVerdict.
+BEFORE_HANDOVER = [
+    ("registry", "0003_tokenizer_file"),
+    ("workers", "0004_probe_run"),
+    ("dashboard", "0003_probe_verdicts"),
+    ("alerts", "0001_initial"),
+]
+
+
+def migrate(targets: list[tuple[str, str]]) -> Any:
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    executor.loader.build_graph()
+    return executor.loader.project_state(targets).apps
+
+
+def latest() -> list[tuple[str, str]]:
+    nodes: list[tuple[str, str]] = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    return nodes
+
+
+def test_the_domain_tables_change_owner_with_every_row() -> None:
+    old = migrate(BEFORE_HANDOVER)
+    model = old.get_model("registry", "HubModel").objects.create(repo_id="org/model", author="org")
+    event = old.get_model("workers", "ModelEvent").objects.create(
+        model_id=model.pk, kind="verdict_changed", key="verdict:1", summary="safe → unsafe"
+    )
+    old.get_model("workers", "Lease").objects.create(
+        key="check:7", holder="host:1", expires_at="2026-01-01T00:00:00Z"
+    )
+    probe = old.get_model("workers", "ProbeRun").objects.create(
+        model_id=model.pk, commit_sha="a" * 40, state="done", verdict="partial"
+    )
+    old.get_model("dashboard", "CatalogVerdict").objects.create(
+        model_id=model.pk, thinking="differs", tools="safe", probe="partial"
+    )
+    user = old.get_model("auth", "User").objects.create(username="reader")
+    channel = old.get_model("alerts", "Channel").objects.create(
+        owner_id=user.pk, kind="webhook", url="https://example.org/hook"
+    )
+    delivery = old.get_model("alerts", "Delivery").objects.create(
+        event_id=event.pk, channel_id=channel.pk
+    )
+
+    migrate(latest())
+
+    from alerts.models import Delivery
+    from registry.models import CatalogVerdict, Lease, ModelEvent, ProbeRun
+
+    moved_event = ModelEvent.objects.get(pk=event.pk)
+    assert (moved_event.model_id, moved_event.key) == (model.pk, "verdict:1")
+    assert Lease.objects.get(key="check:7").holder == "host:1"
+    assert ProbeRun.objects.get(pk=probe.pk).verdict == "partial"
+    row = CatalogVerdict.objects.get(model_id=model.pk)
+    assert (row.thinking, row.tools, row.probe) == ("differs", "safe", "partial")
+    # The foreign key from alerts follows the renamed table, and still cascades.
+    assert Delivery.objects.get(pk=delivery.pk).event == moved_event
+    moved_event.delete()
+    assert not Delivery.objects.filter(pk=delivery.pk).exists()
+    tables = connection.introspection.table_names()
+    assert {"registry_modelevent", "registry_lease", "registry_proberun"} <= set(tables)
+    assert not {"workers_modelevent", "workers_proberun", "dashboard_catalogverdict"} & set(tables)
