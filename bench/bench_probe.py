@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlx_lm  # noqa: E402
 
-from workers.probe.library_path import LibraryEngine, ModelRunner, ReplyPlan  # noqa: E402
-from workers.probe.rendering import ChatRequest, render_prompt  # noqa: E402
-from workers.probe.runner import pad_requests  # noqa: E402
-from workers.probe.tinymodels import build_tiny_model  # noqa: E402
+from probe.library_path import LibraryEngine, ModelRunner, ReplyPlan  # noqa: E402
+from probe.rendering import ChatRequest, render_prompt  # noqa: E402
+from probe.runner import pad_requests  # noqa: E402
+from probe.tinymodels import build_tiny_model  # noqa: E402
 
 MAX_TOKENS = 8
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workers.probe.tinymodels import build_tiny_model
+from probe.tinymodels import build_tiny_model
 
 TOOLS = [
     {

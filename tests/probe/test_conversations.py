@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from checks.conversations import SESSIONS, TOOLS, Session
-from workers.probe.runner import parse_conversations, session_requests
+from probe.runner import parse_conversations, session_requests
 
 
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda s: s.name)
@@ -30,3 +30,5 @@ def test_other_shapes() -> None:
         parse_conversations({"conversations": {"x": [r1]}})
     with pytest.raises(ValueError, match="list of messages"):
         parse_conversations({"conversations": {"x": {"messages": "nope"}}})
+    with pytest.raises(ValueError, match="dict with a role"):
+        parse_conversations({"conversations": {"x": {"messages": [*r2, {"content": "d"}]}}})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from workers.probe.correctness import compare_logprobs
+from probe.correctness import compare_logprobs
 
 
 def logprobs(values: list[float]) -> mx.array:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from probe import download
+from probe.runner import describe_failure, run_probe
 from tests.conftest import free_port
 from tests.probe.conftest import by_path, job, weather_conversation
-from workers.probe import download
-from workers.probe.runner import describe_failure, run_probe
 
 
 @pytest.fixture

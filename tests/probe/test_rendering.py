@@ -8,14 +8,14 @@ from typing import Any
 import mlx_lm
 import pytest
 
-from tests.probe.conftest import weather_conversation
-from workers.probe.rendering import (
+from probe.rendering import (
     ChatRequest,
     common_prefix,
     forced_reply,
     parse_request,
     render_prompt,
 )
+from tests.probe.conftest import weather_conversation
 
 
 def requests() -> list[ChatRequest]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from probe.reports import SCHEMA_VERSION
+from probe.runner import run_probe
 from tests.probe.conftest import by_path, job, weather_conversation
-from workers.probe.reports import SCHEMA_VERSION
-from workers.probe.runner import run_probe
 
 pytestmark = pytest.mark.probe
 

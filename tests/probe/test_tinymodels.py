@@ -11,8 +11,8 @@ import mlx_lm
 import pytest
 from mlx.utils import tree_flatten
 
-from workers.probe.machine import describe_machine
-from workers.probe.tinymodels import ARCHITECTURES, build_tiny_model
+from probe.machine import describe_machine
+from probe.tinymodels import ARCHITECTURES, build_tiny_model
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))

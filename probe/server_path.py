@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.probe.library_path import PREFILL_STEP_SIZE, PROMPT_CACHE_SIZE
-from workers.probe.rendering import ChatRequest
+from probe.library_path import PREFILL_STEP_SIZE, PROMPT_CACHE_SIZE
+from probe.rendering import ChatRequest
 
 HOST = "127.0.0.1"
 

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from workers.probe.library_path import ModelRunner, ReplyPlan, ServedRequest, cache_layers
-from workers.probe.rendering import RenderedPrompt, common_prefix
+from probe.library_path import ModelRunner, ReplyPlan, ServedRequest, cache_layers
+from probe.rendering import RenderedPrompt, common_prefix
 
 #: Max |warm - cold| log-probability over the cold top tokens, in nats. A wrong cache measured
 #: here moves it by 0.5-5; a correct one by < 1e-4 in float32 on the CPU. Quantized models on

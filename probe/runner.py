@@ -1,7 +1,8 @@
 """`run_probe(job) -> report`: one model, every conversation, every size and path. Never raises.
 
-Only `reports`, `machine` and `download` are imported at module level: the mlx-dependent
-modules load inside `run_probe`, so the main side can import this module without mlx.
+mlx and mlx_lm are optional (installed on the Mac, or with the `probe` extra): they are imported
+inside the functions that run a model, never at module level, so the main side can import this
+module without them. probe's own modules import mlx lazily too, so they load here at the top.
 """
 
 from __future__ import annotations
@@ -15,11 +16,34 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workers.probe.download import DownloadError, DownloadSpec, downloaded_model
-from workers.probe.machine import describe_machine
-from workers.probe.reports import (
+from checks.conversations import Session
+from probe.correctness import (
+    DEFAULT_THRESHOLD,
+    LogprobComparison,
+    SuffixOnlyClient,
+    compare_logprobs,
+)
+from probe.download import DownloadError, DownloadSpec, downloaded_model
+from probe.library_path import (
+    PROMPT_CACHE_SIZE,
+    LibraryEngine,
+    ModelRunner,
+    ReplyPlan,
+    ServedRequest,
+    cache_layers,
+)
+from probe.machine import describe_machine
+from probe.rendering import (
+    ChatRequest,
+    RenderedPrompt,
+    common_prefix,
+    forced_reply,
+    parse_request,
+    render_prompt,
+)
+from probe.reports import (
     MISS_BELOW,
     ConversationResult,
     Correctness,
@@ -29,11 +53,7 @@ from workers.probe.reports import (
     error_report,
     job_summary,
 )
-
-if TYPE_CHECKING:
-    from workers.probe.correctness import LogprobComparison
-    from workers.probe.library_path import ModelRunner, ReplyPlan, ServedRequest
-    from workers.probe.rendering import ChatRequest, RenderedPrompt
+from probe.server_path import serve_conversation
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +81,6 @@ class ProbeSettings:
 
     @classmethod
     def from_job(cls, job: dict[str, Any]) -> ProbeSettings:
-        from workers.probe.correctness import DEFAULT_THRESHOLD
-        from workers.probe.library_path import PROMPT_CACHE_SIZE
-
         paths = list(job.get("paths") or DEFAULT_PATHS)
         unknown = sorted(set(paths) - set(ALL_PATHS))
         if unknown:
@@ -96,8 +113,6 @@ def parse_conversations(job: dict[str, Any]) -> dict[str, list[ChatRequest]]:
     session {name: {"messages": [...], "tools": [...]}} cut into requests the way the check
     engine cuts its sessions.
     """
-    from workers.probe.rendering import ChatRequest, parse_request
-
     raw = job.get("conversations")
     if not isinstance(raw, dict) or not raw:
         raise ValueError("job has no conversations")
@@ -117,17 +132,14 @@ def parse_conversations(job: dict[str, Any]) -> dict[str, list[ChatRequest]]:
 
 
 def session_requests(messages: Any) -> list[list[dict[str, Any]]]:
-    """The prefixes that end on a user or tool message followed by an assistant reply or by
-    nothing: the requests a client sends during that session."""
+    """The requests a client sends during that session, cut by the check engine's own rule
+    (`checks.conversations.Session.request_ends`)."""
     if not isinstance(messages, list):
         raise ValueError("a session needs a list of messages")
-    requests = []
-    for i, message in enumerate(messages):
-        following = messages[i + 1] if i + 1 < len(messages) else None
-        ends_request = message.get("role") in ("user", "tool")
-        if ends_request and (following is None or following.get("role") == "assistant"):
-            requests.append(list(messages[: i + 1]))
-    return requests
+    if not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise ValueError("every message must be a dict with a role")
+    session = Session(name="", title="", messages=tuple(messages), uses_tools=False)
+    return [messages[:end] for end in session.request_ends()]
 
 
 def run_probe(job: dict[str, Any]) -> dict[str, Any]:
@@ -201,8 +213,6 @@ def _probe_dir(
     machine: dict[str, Any],
 ) -> ProbeReport:
     import mlx.core as mx
-
-    from workers.probe.library_path import ModelRunner, cache_layers
 
     tic = time.perf_counter()
     model, tokenizer, config = _load(model_dir)
@@ -296,8 +306,6 @@ def _probe_conversation(
 
 def pad_requests(requests: list[ChatRequest], size: int, tokenizer: Any) -> list[ChatRequest]:
     """Grow every request's system prompt by the same ~`size` tokens (0: unchanged)."""
-    from workers.probe.rendering import ChatRequest
-
     if size <= 0:
         return requests
     per_sentence = max(1, len(tokenizer.encode(PAD_SENTENCE, add_special_tokens=False)))
@@ -320,8 +328,6 @@ def _prepare(
     predicted: list[int] | None,
     settings: ProbeSettings,
 ) -> _Prepared:
-    from workers.probe.rendering import common_prefix, forced_reply, render_prompt
-
     tok, kwargs = runner.tokenizer, settings.template_kwargs
     padded = pad_requests(requests, size, tok)
     prompts = [render_prompt(tok, r, kwargs) for r in padded]
@@ -377,10 +383,6 @@ def _library_run(
     settings: ProbeSettings,
 ) -> ConversationResult:
     import mlx.core as mx
-
-    from workers.probe.correctness import SuffixOnlyClient, compare_logprobs
-    from workers.probe.library_path import LibraryEngine, ReplyPlan
-    from workers.probe.rendering import common_prefix
 
     tic = time.perf_counter()
     mx.reset_peak_memory()
@@ -457,8 +459,6 @@ def _server_run(
     reference: ConversationResult,
     settings: ProbeSettings,
 ) -> ConversationResult:
-    from workers.probe.server_path import serve_conversation
-
     tic = time.perf_counter()
     turns = serve_conversation(
         model_dir,

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from workers.probe.rendering import RenderedPrompt
+from probe.rendering import RenderedPrompt
 
 #: The server's defaults (`--prefill-step-size`, `--prompt-cache-size`): eviction is part of
 #: what a real server does to a long conversation's checkpoints.
