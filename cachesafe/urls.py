@@ -8,7 +8,6 @@ from . import views
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("", include("registry.api_urls")),
     path("", include("registry.urls")),
     path("", include("dashboard.urls")),
     path("alerts/", include("alerts.urls")),

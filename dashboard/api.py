@@ -1,28 +1,58 @@
-"""The JSON API: search and list models, template versions, check results, the OpenAPI schema.
+"""The JSON API, all of it: one view per route in dashboard/urls.py.
 
-`GET /api/models/<org>/<name>` belongs to registry.api; `model_check_fields` is what it adds to
-its dict (variants, check results, probe results) so both stay one view.
+`GET /api/models`: search and list (the catalog's query parameters).
+`POST /api/models`: track a repo by id (CSRF-exempt JSON, rate-limited per client address).
+`GET /api/models/<org>/<name>`: one model (registry.api.model_json), its check and latest probe.
+`GET /api/templates/<sha256>`, `GET /api/checks/<sha256>`, `GET /api/probes`.
+`GET /api/openapi.json`: the hand-written schema (openapi.py).
+`POST /hooks/hub`: a Hub webhook; syncs the repo it names (registry.webhooks).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 
-from cachesafe.health import cached_status
-from registry.models import CheckRun, CheckStatus, HubModel, ProbeRun, TemplateVersion
+from checks.digest import variant_key
+from registry import tracking, webhooks
+from registry.api import model_json
+from registry.models import (
+    CheckRun,
+    CheckStatus,
+    HubModel,
+    ProbeRun,
+    TemplateVersion,
+    validate_repo_id,
+)
 from registry.verdicts import latest_check
+from workers.health import cached_status
 
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .openapi import schema
 from .page_cache import cached_page
 from .probes import ProbeQueue, latest_probe
-from .reports import failing_pairs, rebuild, variant_key
+from .reports import failing_pairs, rebuild
+
+
+def _error(message: str, status: int, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def _body(request: HttpRequest) -> dict[str, Any] | None:
+    """The request's JSON object, or None when the body is not one."""
+    try:
+        payload = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def _model_url(repo_id: str) -> str:
@@ -57,6 +87,14 @@ def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
     }
 
 
+@csrf_exempt
+def models(request: HttpRequest) -> HttpResponse:
+    """`/api/models`: POST tracks a repo, anything else is the search (which allows only GET)."""
+    if request.method == "POST":
+        return track_repo(request)
+    return models_list(request)
+
+
 @require_GET
 @cached_page
 def models_list(request: HttpRequest) -> JsonResponse:
@@ -78,6 +116,24 @@ def models_list(request: HttpRequest) -> JsonResponse:
             "results": [model_row(request, model) for model in page],
         }
     )
+
+
+def track_repo(request: HttpRequest) -> JsonResponse:
+    if not tracking.may_track(request):
+        response = _error("too many track requests from this address; try again later", 429)
+        response["Retry-After"] = "3600"
+        return response
+    payload = _body(request)
+    if payload is None or not isinstance(payload.get("repo_id"), str):
+        return _error('expected a JSON body {"repo_id": "owner/name"}', 400)
+    try:
+        repo_id = validate_repo_id(payload["repo_id"])
+    except ValidationError as err:
+        return _error(err.messages[0], 400)
+    model, created = tracking.track(repo_id, via="api")
+    response = JsonResponse(model_json(model), status=201 if created else 200)
+    response["Location"] = f"/api/models/{model.repo_id}"
+    return response
 
 
 def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun) -> dict[str, Any]:
@@ -173,20 +229,31 @@ def check_detail(request: HttpRequest, sha256: str) -> JsonResponse:
     return JsonResponse(check_payload(request, version, run))
 
 
-def model_check_fields(request: HttpRequest, model: HubModel) -> dict[str, Any]:
-    """What registry.api's model detail adds: the current check with variants and failures,
-    the per-variant verdicts, and the latest probe (null if never probed)."""
+@require_GET
+def model_detail(request: HttpRequest, org: str, name: str) -> JsonResponse:
+    """The registry's fields, then the current check with variants and failures, the
+    per-variant verdicts, and the latest probe (null if never probed)."""
+    repo_id = f"{org}/{name}"
+    model = (
+        HubModel.objects.filter(repo_id=repo_id).first()
+        or HubModel.objects.filter(repo_id__iexact=repo_id).first()
+    )
+    if model is None:
+        return _error(f"{repo_id} is not tracked", 404, repo_id=repo_id)
     snapshot = model.current_snapshot
     check = latest_check(snapshot.default_template) if snapshot else None
     catalog = getattr(model, "catalog_verdict", None)
-    return {
-        "variants": catalog.variants if catalog else [],
-        "check": check_payload(request, snapshot.default_template, check)
-        if snapshot and check
-        else None,
-        "probe": probe_payload(request, run) if (run := latest_probe(model)) else None,
-        "page_url": _absolute(request, _model_url(model.repo_id)),
-    }
+    return JsonResponse(
+        model_json(model)
+        | {
+            "variants": catalog.variants if catalog else [],
+            "check": check_payload(request, snapshot.default_template, check)
+            if snapshot and check
+            else None,
+            "probe": probe_payload(request, run) if (run := latest_probe(model)) else None,
+            "page_url": _absolute(request, _model_url(model.repo_id)),
+        }
+    )
 
 
 def _when(moment: Any) -> str | None:
@@ -237,3 +304,18 @@ def probe_queue(request: HttpRequest) -> JsonResponse:
 @require_GET
 def openapi(request: HttpRequest) -> JsonResponse:
     return JsonResponse(schema(_absolute(request, "/")))
+
+
+@csrf_exempt
+@require_POST
+def hub_webhook(request: HttpRequest) -> JsonResponse:
+    """A Hub webhook: verify its secret, then sync the model repo it is about."""
+    if not webhooks.secret_matches(request.headers.get("X-Webhook-Secret", "")):
+        return _error("bad or missing X-Webhook-Secret", 403)
+    try:
+        outcome = webhooks.handle(_body(request) or {})
+    except ValidationError as err:
+        return _error(err.messages[0], 400)
+    if outcome.ignored is not None:
+        return JsonResponse({"ignored": outcome.ignored}, status=202)
+    return JsonResponse({"queued": outcome.queued}, status=202)

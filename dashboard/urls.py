@@ -63,9 +63,12 @@ urlpatterns = [
     path("badge/<repo:org>/<repo:name>.svg", views.badge, name="badge"),
     path("feeds/changes.atom", feeds.AllChanges(), name="feed"),
     path("feeds/authors/<repo:author>.atom", feeds.AuthorChanges(), name="author_feed"),
-    path("api/models", api.models_list, name="api_models"),
+    # The JSON API (api.py, described by openapi.py) and the Hub webhook.
+    path("api/models", api.models, name="api_models"),
+    path("api/models/<str:org>/<str:name>", api.model_detail, name="api_model"),
     path("api/probes", api.probe_queue, name="api_probes"),
     path("api/templates/<sha:sha256>", api.template_detail, name="api_template"),
     path("api/checks/<sha:sha256>", api.check_detail, name="api_check"),
     path("api/openapi.json", api.openapi, name="openapi"),
+    path("hooks/hub", api.hub_webhook, name="hub_webhook"),
 ]

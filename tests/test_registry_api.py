@@ -1,4 +1,5 @@
-"""The registry's endpoints: model detail, track (JSON API and form), the Hub webhook."""
+"""The registry's endpoints (served by dashboard/api.py): model detail, track (JSON API and
+form), the Hub webhook."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from registry import tracking
 from registry.hub import HubClient
 from registry.models import HubModel, ModelStatus, Watch, WatchKind
 from registry.sync import RegistrySync
+from registry.tasks import sync_repo
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
 from workers.celery import app
-from workers.hub import sync_repo
 
 pytestmark = pytest.mark.django_db
 __all__ = ["fake_hub", "hub_settings"]
@@ -78,7 +79,8 @@ def hub_repo(fake_hub: FakeHub, hub_settings: Any) -> str:
 
 def queued_syncs(callbacks: list[Any]) -> list[Any]:
     """The on-commit callbacks that queue a sync (other apps add their own callbacks)."""
-    return [c for c in callbacks if getattr(c, "func", None) == sync_repo.delay]
+    # Each is `registry.jobs.enqueue_on_commit`'s send: partial(send, task, args, kwargs).
+    return [c for c in callbacks if getattr(c, "args", (None,))[:1] == (sync_repo,)]
 
 
 def synced(repo_id: str) -> HubModel:
@@ -92,7 +94,7 @@ def test_model_detail_shows_status_template_and_history(client: Client, hub_repo
     response = client.get(f"/api/models/{hub_repo}")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) >= DETAIL_KEYS  # other apps may add fields (api.model_detail_extensions)
+    assert set(body) >= DETAIL_KEYS  # plus the check and probe fields (dashboard/api.py)
     assert body["status"] == "ok"
     assert (body["downloads"], body["likes"]) == (42, 3)
     assert body["template"]["source_file"] == "tokenizer_config.json"

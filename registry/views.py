@@ -1,1 +1,0 @@
-"""The registry's pages. The catalog moved to dashboard/views.py."""
