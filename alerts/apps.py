@@ -8,4 +8,4 @@ class AlertsConfig(AppConfig):
     verbose_name = "Alerts"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401 - connects the new-event receiver
+        from . import receivers  # noqa: F401 - connects the signal receivers

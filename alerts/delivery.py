@@ -21,12 +21,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from registry import jobs
 from registry.models import ModelEvent
-from workers import leases
 
 from . import senders
 from .models import Channel, Delivery, Digest, SendRecord, SendStatus, Subscription
 from .notifications import DIGEST_MAX_EVENTS, EventLine, Notification, sample_event_line
+from .signals import send_requested
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +51,9 @@ def backoff(attempts: int) -> float:
 
 
 def enqueue(task_name: str, pk: int) -> None:
-    """Enqueue a notify task once the transaction commits; the sweeper covers a broker outage."""
-
-    def send() -> None:
-        from workers import notify  # the worker package imports this module: import late
-
-        task: Any = getattr(notify, task_name)
-        try:
-            task.delay(pk)
-        except Exception as exc:  # kombu raises many kinds; the sweeper sends it again
-            logger.warning("could not enqueue %s(%s), the sweeper will: %s", task_name, pk, exc)
-
-    transaction.on_commit(send)
+    """Ask for an `alerts.tasks` task on `pk` once the transaction commits (`alerts.receivers`
+    sends it; the sweeper covers a broker outage)."""
+    send_requested.send(sender=Delivery, task_name=task_name, pk=pk)
 
 
 def claim_event(event_id: int) -> int | None:
@@ -219,7 +211,7 @@ def _attempt(
         why = channel.disabled_reason or "the address is not confirmed"
         rows.update(status=SendStatus.FAILED, last_error=f"channel disabled: {why}"[:500])
         return Outcome("channel disabled")
-    if not leases.acquire(lease_key, SEND_LEASE):
+    if not jobs.acquire(lease_key, SEND_LEASE):
         return Outcome("busy", retry_in=BUSY_RETRY_SECONDS)  # a live sender is on it
     try:
         # Counted before sending; re-read under the lease, as a duplicate may just have won.
@@ -242,7 +234,7 @@ def _attempt(
         channel.record_success()
         return Outcome("sent")
     finally:
-        leases.release(lease_key)
+        jobs.release(lease_key)
 
 
 def _record_failure(

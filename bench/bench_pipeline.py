@@ -75,6 +75,7 @@ def run(MODELS: int) -> int:  # noqa: N803 - reads as the constant it is within 
     django.setup()
     from django.core.management import call_command
 
+    from registry import pipeline
     from registry.models import (
         CheckRun,
         CheckStatus,
@@ -86,7 +87,6 @@ def run(MODELS: int) -> int:  # noqa: N803 - reads as the constant it is within 
         TemplateSnapshot,
         TemplateVersion,
     )
-    from workers import pipeline
     from workers.celery import app
 
     call_command("migrate", verbosity=0)

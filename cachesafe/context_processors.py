@@ -6,7 +6,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from .health import cached_status
+from workers.health import cached_status
 
 
 def site(request: HttpRequest) -> dict[str, Any]:

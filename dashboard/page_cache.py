@@ -1,10 +1,10 @@
 """Rendered pages kept in the cache until the catalog changes.
 
 The dashboard is read far more than it changes: a page is rendered once per *generation* of the
-data, and any save of a model, snapshot, change or check starts a new generation (signals below;
-`record_check` also bumps it after its bulk updates). A TTL bounds what a bulk `.update()`
-elsewhere could leave stale. A view opts out per response (`Cache-Control: no-store`) when the page
-shows live state, such as a check in progress.
+data, and any save of a model, snapshot, change or check starts a new generation (post_save
+below, and the registry's `catalog_changed` for its bulk writes). A TTL bounds what a bulk
+`.update()` elsewhere could leave stale. A view opts out per response (`Cache-Control:
+no-store`) when the page shows live state, such as a check in progress.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from registry.models import (
     TemplateChange,
     TemplateSnapshot,
 )
+from registry.signals import catalog_changed
 
 logger = logging.getLogger(__name__)
 GENERATION_KEY = "dashboard:generation"
@@ -72,6 +73,7 @@ def bump_on_commit(**_: Any) -> None:
     transaction.on_commit(bump)
 
 
+catalog_changed.connect(bump_on_commit, dispatch_uid="dashboard-catalog-changed")
 for _model in (HubModel, TemplateSnapshot, NamedTemplate, TemplateChange, CheckRun, ProbeRun):
     post_save.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-save-{_model}")
     post_delete.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-del-{_model}")

@@ -10,32 +10,14 @@ from typing import Any
 from django.utils import timezone
 
 from registry.models import (
-    CatalogVerdict,
     HubModel,
     ProbeRun,
     ProbeState,
-    ProbeStatus,
     ProbeVerdict,
 )
 
 #: How many finished probes the queue page lists.
 RECENT_LIMIT = 20
-
-
-def record_probe(run: ProbeRun) -> None:
-    """Put a stored probe's verdict on the model's catalog row (called by `store_report`).
-
-    A failed probe measured nothing, so the catalog keeps the last verdict it had.
-    """
-    if run.state != ProbeState.DONE or run.verdict not in ProbeStatus.values:
-        return
-    # An upsert: a model probed before its first check has no catalog row yet.
-    CatalogVerdict.objects.bulk_create(
-        [CatalogVerdict(model_id=run.model_id, probe=run.verdict)],
-        update_conflicts=True,
-        unique_fields=["model"],
-        update_fields=["probe"],
-    )
 
 
 def latest_probe(model: HubModel) -> ProbeRun | None:

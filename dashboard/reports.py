@@ -6,31 +6,19 @@ their attributes, so a new report field never breaks a page.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from checks.conversations import SESSIONS, session_named
+from checks.digest import variant_key
 from checks.reports import (
-    ERROR,
     RequestPair,
     SessionResult,
     TemplateReport,
     VariantResult,
 )
 
-THINKING_SWITCH = "enable_thinking"
-TOOL_SESSIONS = frozenset(s.name for s in SESSIONS if s.uses_tools)
 SESSION_TITLES = {s.name: s.title for s in SESSIONS}
-
-
-def variant_key(variant: VariantResult) -> str:
-    """A URL-safe, stable name for a variant: `default`, `enable_thinking=false`, `tool_use`."""
-    parts = [] if variant.template_name == "default" else [variant.template_name]
-    for name, value in variant.kwargs.items():
-        shown = value if isinstance(value, str) else json.dumps(value)
-        parts.append(f"{name}={shown}")
-    return "+".join(parts) or "default"
 
 
 def rebuild(data: dict[str, Any] | None) -> TemplateReport | None:
@@ -148,52 +136,6 @@ def culprit_lines(report: TemplateReport) -> set[int]:
         if finding.status == "confirmed":
             lines.update(finding.lines)
     return lines
-
-
-@dataclass(frozen=True)
-class Digest:
-    """What the catalog needs of a report (see dashboard.models.CatalogVerdict)."""
-
-    thinking: str
-    thinking_off: str
-    thinking_on: str
-    tools: str
-    variants: list[dict[str, Any]]
-
-
-def _thinking_verdict(report: TemplateReport, value: bool) -> str:
-    for variant in report.variants:
-        if variant.template_name == "default" and variant.kwargs.get(THINKING_SWITCH) is value:
-            return variant.verdict
-    return ""
-
-
-def _tools_status(report: TemplateReport) -> str:
-    if not report.variants:
-        return "unsupported" if report.verdict == ERROR else "unknown"
-    # The setting a caller gets without chat_template_kwargs: the first variant the engine plans.
-    default = report.variants[0]
-    tool_runs = [s for s in default.sessions if s.session in TOOL_SESSIONS and s.rendered]
-    if not tool_runs:
-        return "unsupported"
-    if any(p.status == "fail" for s in tool_runs for p in s.pairs):
-        return "unsafe"
-    return "safe"
-
-
-def digest(report: TemplateReport) -> Digest:
-    off, on = _thinking_verdict(report, False), _thinking_verdict(report, True)
-    thinking = "none" if not off and not on else "same" if off == on else "differs"
-    variants = [
-        {
-            "key": variant_key(v),
-            "label": v.label,
-            "verdict": v.verdict,
-            "share": v.mean_reusable_share,
-        }
-        for v in report.variants
-    ]
-    return Digest(thinking, off, on, _tools_status(report), variants)
 
 
 def session_title(name: str) -> str:

@@ -16,12 +16,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from cachesafe.htmx import HtmxHttpRequest
 from registry.models import HubModel
-from workers.hub import sync_repo
-from workers.pipeline import request_check
-from workers.probing import request_probe_once
+from registry.pipeline import request_check
+from registry.probes import request_probe_once
+from registry.tracking import enqueue_sync
 
+from .htmx import HtmxHttpRequest
 from .views import UnknownModel, _model_or_404, model_context, probe_context
 
 Action = Callable[[HtmxHttpRequest, HubModel], HttpResponse]
@@ -64,7 +64,7 @@ def resync(request: HtmxHttpRequest, model: HubModel) -> HttpResponse:
     """Enqueue a forced sync; progress is "queued" until `last_synced_at` passes this moment."""
     # The time travels in the page's URL (?sync=<epoch>) while it polls.
     asked = timezone.now()
-    transaction.on_commit(functools.partial(sync_repo.delay, model.pk, force=True))
+    enqueue_sync(model.pk, force=True)
     if not request.htmx:
         return _back(model, sync=f"{asked.timestamp():.6f}")
     return _partial(request, model, "sync-status", sync_since=asked)

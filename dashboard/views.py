@@ -11,8 +11,6 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from cachesafe.health import cached_status
-from cachesafe.htmx import HtmxHttpRequest
 from registry.models import (
     HubModel,
     ModelStatus,
@@ -23,7 +21,8 @@ from registry.models import (
     Verdict,
 )
 from registry.verdicts import latest_check
-from workers.probing import probe_worker_online
+from workers.health import cached_status
+from workers.models import WorkerHeartbeat
 
 from . import badges, history
 from .catalog import (
@@ -34,6 +33,7 @@ from .catalog import (
     CatalogQuery,
     models_using,
 )
+from .htmx import HtmxHttpRequest
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe
@@ -113,7 +113,7 @@ def probe_context(request: HttpRequest, model: HubModel) -> dict[str, Any]:
         "probe": probe,
         "probe_polling": waiting,
         # Only asked while a probe waits: "waiting" means little if nobody will pick it up.
-        "probe_worker_online": probe_worker_online() if waiting else None,
+        "probe_worker_online": WorkerHeartbeat.objects.probe_worker_online() if waiting else None,
         "page_url": page_url(request, model),
     }
 

@@ -1,13 +1,17 @@
-"""Signals the registry sends.
+"""Signals the registry sends: how it announces work and changes to whoever acts on them, so
+that it never imports the layers above it (or its own task module).
 
-`template_changed(sender=TemplateChange, change_id=int)`: a repo's templates changed at a commit
-(a new TemplateChange row). Sent once per new row, after the sync's transaction commits, so a
-receiver can enqueue work that reads the row. A re-sync that finds the row already there sends
-nothing.
+Each is sent inside the transaction that made the change; a receiver that enqueues work or
+expires caches does so after commit (`registry.jobs.enqueue_on_commit`, `transaction.on_commit`).
 
-`status_changed(sender=HubModel, model_pk=int, old=str, new=str, reason=str)`: a sync found the
-repo gated, private, missing or disabled where it was not before. Sent inside the sync's
-transaction, so what a receiver writes commits (or not) with the status itself.
+- `template_changed(sender=TemplateChange, change_id)`: a new TemplateChange row (sent once).
+- `status_changed(sender=HubModel, model_pk, old, new, reason)`: the repo became gated, private,
+  missing or disabled.
+- `sync_requested(sender=HubModel, model_pk)`: a model was tracked and needs its first sync.
+- `check_requested(sender=CheckRun, run_id)`: a check run is pending and needs the engine.
+- `events_recorded(sender=ModelEvent)`: events were bulk-created (no post_save was sent).
+- `catalog_changed(sender=HubModel, model_ids)`: rows listing pages show changed without a
+  post_save (bulk updates); `model_ids` None means any model.
 """
 
 from __future__ import annotations
@@ -16,3 +20,7 @@ from django.dispatch import Signal
 
 template_changed = Signal()
 status_changed = Signal()
+sync_requested = Signal()
+check_requested = Signal()
+events_recorded = Signal()
+catalog_changed = Signal()

@@ -17,8 +17,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from dashboard import page_cache
-
 from . import ratelimit
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
@@ -44,7 +42,7 @@ from .repo_files import (
     find_templates,
     sha256_text,
 )
-from .signals import status_changed, template_changed
+from .signals import catalog_changed, status_changed, template_changed
 
 logger = logging.getLogger(__name__)
 
@@ -436,8 +434,8 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         model.save(update_fields=changed)
         for change in created:
             transaction.on_commit(partial(_announce, change.pk))
-        # Snapshots and named templates are bulk-created (no signal): new pages from now on.
-        transaction.on_commit(page_cache.bump)
+        # Snapshots and named templates are bulk-created (no post_save): say so to the pages.
+        catalog_changed.send(sender=HubModel, model_ids=[model.pk])
     return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
 
-from django.db import transaction
 from django.http import HttpRequest
 
 from . import ratelimit
 from .models import HubModel, ModelStatus
+from .signals import sync_requested
 
 logger = logging.getLogger(__name__)
 
@@ -17,11 +16,10 @@ logger = logging.getLogger(__name__)
 TRACK_REQUESTS_PER_HOUR = 30
 
 
-def enqueue_sync(model_pk: int) -> None:
-    """Queue a sync of this model on the `hub` queue once the current transaction commits."""
-    from workers.hub import sync_repo  # the worker package imports this one: import late
-
-    transaction.on_commit(partial(sync_repo.delay, model_pk))
+def enqueue_sync(model_pk: int, *, force: bool = False) -> None:
+    """Ask for a sync of this model (queued once the current transaction commits); `force`
+    re-reads the repo even when its head did not move."""
+    sync_requested.send(sender=HubModel, model_pk=model_pk, force=force)
 
 
 def track(repo_id: str, via: str) -> tuple[HubModel, bool]:

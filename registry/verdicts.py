@@ -1,33 +1,61 @@
-"""Store an engine report and spread its verdict to every model that uses the template.
+"""The one owner of a model's verdict and of every copy of it.
 
-`record_check` is the one place a check result enters the database: the Celery pipeline calls it
-with the report the sandbox returned, the demo and the tests with a report computed in-process.
+A check's report is saved as a `CheckRun` (`save_run`); `refresh_verdicts` then computes the
+verdict of each model that uses the version (the worst over its named templates, once all are
+checked) and writes `HubModel.verdict`, the catalog row (`CatalogVerdict`) and a
+`verdict_changed` event for each flip, in one transaction. Nothing else writes those columns.
+Listing pages learn of it through `catalog_changed`, alerts through `events_recorded` (bulk
+writes send no post_save).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from checks.engine import run_check
+from checks.digest import ReportDigest, digest
+from checks.engine import ENGINE_VERSION, run_check
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import TemplateReport
 from checks.sources import TemplateSource
-from dashboard.reports import digest
-from registry.models import CatalogVerdict
 
-from .models import CheckRun, CheckStatus, HubModel, TemplateVersion
+from .models import (
+    CatalogVerdict,
+    CheckRun,
+    CheckStatus,
+    EventKind,
+    HubModel,
+    ModelEvent,
+    NamedTemplate,
+    ProbeRun,
+    ProbeState,
+    ProbeStatus,
+    TemplateVersion,
+    Verdict,
+)
+from .signals import catalog_changed, events_recorded
+
+#: Worst first: the verdict of a model with several named templates is the worst of them.
+VERDICT_SEVERITY = {
+    Verdict.UNSAFE: 4,
+    Verdict.ERROR: 3,
+    Verdict.SAFE_WHERE_RENDERABLE: 2,
+    Verdict.SAFE: 1,
+}
 
 
-@transaction.atomic
-def record_check(
+def save_run(
     template_version: TemplateVersion, report: TemplateReport, *, tokenizer_sha: str | None = None
 ) -> CheckRun:
-    """Save `report` as the finished CheckRun of `template_version` (idempotent per engine
-    version and tokenizer), and update the verdict of every model whose current default
-    template is this version (and, with `tokenizer_sha`, whose tokenizer.json is that one: the
-    registry's id of the file, which the pipeline keys its runs by). Returns the CheckRun."""
-    now = timezone.now()
+    """Save `report` as the finished CheckRun of the version (idempotent per engine version
+    and tokenizer: `tokenizer_sha` is the registry's id of the tokenizer.json, else the
+    report's own). Models are not touched: `refresh_verdicts` does that."""
     key = tokenizer_sha if tokenizer_sha is not None else report.tokenizer_sha256 or ""
     run, _ = CheckRun.objects.update_or_create(
         template_version=template_version,
@@ -40,33 +68,178 @@ def record_check(
             "report": report.to_dict(),
             "error": report.reason or "",
             "progress": 100,
-            "finished_at": now,
+            "finished_at": timezone.now(),
         },
     )
-    models = HubModel.objects.filter(current_snapshot__default_template=template_version)
-    if tokenizer_sha is not None:
-        models = models.filter(current_snapshot__tokenizer_json_sha=tokenizer_sha)
-    model_ids = list(models.values_list("id", flat=True))
-    HubModel.objects.filter(id__in=model_ids).update(
-        verdict=report.verdict, verdict_summary=report.summary, verdict_updated_at=now
+    return run
+
+
+@transaction.atomic
+def record_check(
+    template_version: TemplateVersion, report: TemplateReport, *, tokenizer_sha: str | None = None
+) -> CheckRun:
+    """Save a report and bring every model that uses the version up to date."""
+    run = save_run(template_version, report, tokenizer_sha=tokenizer_sha)
+    refresh_verdicts([template_version.pk])
+    return run
+
+
+def models_using(version_ids: Iterable[int], model_ids: Iterable[int] | None = None) -> Any:
+    """Models whose current snapshot uses one of these versions, default or named."""
+    ids = list(version_ids)
+    models = HubModel.objects.filter(
+        Q(current_snapshot__default_template__in=ids)
+        | Q(current_snapshot__named_templates__version__in=ids)
     )
-    found = digest(report)
-    fields = {
-        "thinking": found.thinking,
-        "thinking_off": found.thinking_off,
-        "thinking_on": found.thinking_on,
-        "tools": found.tools,
-        "variants": found.variants,
+    if model_ids is not None:
+        models = models.filter(pk__in=list(model_ids))
+    return models.distinct()
+
+
+@dataclass(frozen=True)
+class _Target:
+    verdict: str
+    summary: str
+    run_id: int
+    #: The default template's run: what the catalog row digests.
+    default_run_id: int
+
+
+def _targets(rows: list[dict[str, Any]]) -> dict[int, _Target | None]:
+    """The verdict each model should show: the worst of its named templates' checks (None while
+    one of them is unchecked)."""
+    snapshot_ids = [row["current_snapshot_id"] for row in rows]
+    named: dict[int, dict[str, int]] = defaultdict(dict)
+    for snapshot_id, name, version_id in NamedTemplate.objects.filter(
+        snapshot_id__in=snapshot_ids
+    ).values_list("snapshot_id", "name", "version_id"):
+        named[snapshot_id][name] = version_id
+    wanted = {v for row in rows for v in named[row["current_snapshot_id"]].values()}
+    wanted |= {row["current_snapshot__default_template_id"] for row in rows}
+    runs = {
+        (run.template_version_id, run.tokenizer_sha): run
+        for run in CheckRun.objects.filter(
+            template_version__in=wanted, engine_version=ENGINE_VERSION, status=CheckStatus.DONE
+        ).only("id", "template_version_id", "tokenizer_sha", "verdict", "summary")
     }
-    # One upsert for every model of this template (a popular template has thousands).
+    targets: dict[int, _Target | None] = {}
+    for row in rows:
+        default = row["current_snapshot__default_template_id"]
+        tokenizer = row["current_snapshot__tokenizer_json_sha"]
+        names = named[row["current_snapshot_id"]]
+        needed = {(v, tokenizer) for v in {default, *names.values()}}
+        if not needed <= runs.keys():
+            targets[row["pk"]] = None
+            continue
+        worst = max((runs[k] for k in needed), key=lambda r: VERDICT_SEVERITY[Verdict(r.verdict)])
+        default_run = runs[(default, tokenizer)]
+        summary = default_run.summary
+        if worst.template_version_id != default:
+            name = next(n for n, v in names.items() if v == worst.template_version_id)
+            summary = f"{summary} Its “{name}” template: {worst.summary}"
+        targets[row["pk"]] = _Target(worst.verdict, summary, worst.pk, default_run.pk)
+    return targets
+
+
+def _digests(run_ids: set[int]) -> dict[int, ReportDigest]:
+    """The catalog columns of each run's report, computed once per run."""
+    found: dict[int, ReportDigest] = {}
+    for run_id, data in CheckRun.objects.filter(pk__in=run_ids).values_list("pk", "report"):
+        try:
+            report = TemplateReport.from_dict(data) if data else None
+        except (KeyError, TypeError, ValueError):
+            report = None
+        if report is not None:
+            found[run_id] = digest(report)
+    return found
+
+
+@transaction.atomic
+def refresh_verdicts(
+    version_ids: Iterable[int], *, model_ids: Iterable[int] | None = None
+) -> list[int]:
+    """Recompute the verdict of the models using these versions; return the ids that flipped.
+
+    Until every named template of a model is checked, the model keeps what it showed. Models
+    that end with the same verdict and summary are updated in one statement per group, so a
+    template shared by thousands of models costs a handful of queries.
+    """
+    rows = list(
+        models_using(version_ids, model_ids).values(
+            "pk", "repo_id", "verdict", "verdict_summary", "current_snapshot_id",
+            "current_snapshot__default_template_id", "current_snapshot__tokenizer_json_sha",
+        )
+    )  # fmt: skip
+    targets = _targets(rows)
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    catalog: dict[int, list[int]] = defaultdict(list)
+    events: list[ModelEvent] = []
+    now = timezone.now()
+    for row in rows:
+        target = targets[row["pk"]]
+        if target is None:
+            continue
+        catalog[target.default_run_id].append(row["pk"])
+        old = row["verdict"]
+        if (old, row["verdict_summary"]) != (target.verdict, target.summary):
+            groups[(target.verdict, target.summary)].append(row["pk"])
+        if old != target.verdict and old != Verdict.PENDING:
+            events.append(
+                ModelEvent(
+                    model_id=row["pk"],
+                    kind=EventKind.VERDICT_CHANGED,
+                    key=f"verdict:{row['pk']}:{target.run_id}:{old}:{target.verdict}",
+                    summary=f"{row['repo_id']}: {Verdict(old).label} → "
+                    f"{Verdict(target.verdict).label}",
+                    data={"old": old, "new": target.verdict, "check_run_id": target.run_id},
+                    created_at=now,
+                )
+            )
+    for (verdict, summary), ids in groups.items():
+        HubModel.objects.filter(pk__in=ids).update(
+            verdict=verdict, verdict_summary=summary, verdict_updated_at=now
+        )
+    digests = _digests(set(catalog))
+    rows_to_write = [
+        CatalogVerdict(model_id=model_id, **digests[run_id].fields())
+        for run_id, ids in catalog.items()
+        if run_id in digests
+        for model_id in ids
+    ]
+    # One upsert for every model of these templates (a popular template has thousands).
     CatalogVerdict.objects.bulk_create(
-        [CatalogVerdict(model_id=model_id, **fields) for model_id in model_ids],
+        rows_to_write,
         update_conflicts=True,
         unique_fields=["model"],
-        update_fields=list(fields),
+        update_fields=list(ReportDigest.__dataclass_fields__),
         batch_size=1000,
     )
-    return run
+    # ignore_conflicts: a retried store records nothing twice (`key` is unique).
+    ModelEvent.objects.bulk_create(events, ignore_conflicts=True, batch_size=1000)
+    if events:
+        events_recorded.send(sender=ModelEvent)
+    if groups or rows_to_write:
+        catalog_changed.send(
+            sender=HubModel, model_ids=sorted(pk for ids in catalog.values() for pk in ids)
+        )
+    return [event.model_id for event in events]
+
+
+def record_probe(run: ProbeRun) -> None:
+    """Put a stored probe's verdict on the model's catalog row.
+
+    A failed probe measured nothing, so the catalog keeps the last verdict it had.
+    """
+    if run.state != ProbeState.DONE or run.verdict not in ProbeStatus.values:
+        return
+    # An upsert: a model probed before its first check has no catalog row yet.
+    CatalogVerdict.objects.bulk_create(
+        [CatalogVerdict(model_id=run.model_id, probe=run.verdict)],
+        update_conflicts=True,
+        unique_fields=["model"],
+        update_fields=["probe"],
+    )
+    catalog_changed.send(sender=HubModel, model_ids=[run.model_id])
 
 
 def check_in_process(
@@ -85,4 +258,5 @@ def check_in_process(
 
 def latest_check(template_version: TemplateVersion) -> CheckRun | None:
     """The newest check of a version, finished or not."""
-    return template_version.check_runs.order_by("-created_at", "-id").first()
+    runs: QuerySet[CheckRun] = template_version.check_runs.order_by("-created_at", "-id")
+    return runs.first()

@@ -137,7 +137,7 @@ def build_catalog() -> Catalog:
 def healthy_service(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend the worker and beat are alive: no status banner, and no status queries to count."""
     from cachesafe import context_processors
-    from cachesafe.health import Component, ServiceStatus
+    from workers.health import Component, ServiceStatus
 
     ok = Component(True, "ok")
     status = ServiceStatus(ok, ok, ok, ok, ok)

@@ -259,7 +259,7 @@ def test_discord_payload_has_content_and_embeds_and_never_pings() -> None:
 def test_a_new_event_enqueues_its_claim_after_commit(
     monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from workers import notify
+    from alerts import tasks as notify
 
     claimed: list[int] = []
     monkeypatch.setattr(notify.claim_event, "delay", claimed.append)
@@ -274,7 +274,7 @@ def test_a_new_event_enqueues_its_claim_after_commit(
 def test_the_sweeper_resends_lost_sends_but_not_those_waiting_for_a_retry(
     monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from workers import notify
+    from alerts import tasks as notify
 
     resent: list[int] = []
     monkeypatch.setattr(notify.send_delivery, "delay", resent.append)
@@ -301,11 +301,11 @@ def test_beat_entries_name_real_notify_tasks() -> None:
 
     jobs = [job for job in DEFAULT_SCHEDULE if job.task.startswith("alerts.")]
     assert {job.task for job in jobs} == {"alerts.dispatch_events", "alerts.send_due_digests"}
-    for job in jobs:
-        assert job.queue == "notify"
-        assert app.tasks[job.task].queue_name == "notify"  # type: ignore[attr-defined]
-    for name in ("claim_event", "send_delivery", "send_digest", "send_test"):
-        assert app.tasks[f"alerts.{name}"].queue_name == "notify"  # type: ignore[attr-defined]
+    names = [job.task for job in jobs]
+    names += [f"alerts.{n}" for n in ("claim_event", "send_delivery", "send_digest", "send_test")]
+    for name in names:
+        assert name in app.tasks
+        assert app.amqp.router.route({}, name)["queue"].name == "notify"
 
 
 def test_a_test_send_posts_a_sample_and_shows_its_result_on_the_channel(

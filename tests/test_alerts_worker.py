@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from alerts.models import ChannelKind, Delivery, SendStatus
+from alerts.tasks import claim_event, dispatch_events, send_delivery
 from registry.models import HubModel, Lease, ModelEvent
+from registry.tasks import sync_repo
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import upload_files
 from tests.fakehub.fixtures import fake_hub
@@ -25,8 +27,6 @@ from tests.test_alerts_support import (
 )
 from tests.webhook_receiver import WebhookReceiver
 from tests.workerproc import wait_for
-from workers.hub import sync_repo
-from workers.notify import claim_event, dispatch_events, send_delivery
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 __all__ = ["fake_hub", "receiver"]

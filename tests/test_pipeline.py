@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from registry import pipeline
 from registry.models import (
     CheckRun,
     CheckStatus,
@@ -21,11 +22,10 @@ from registry.models import (
     TemplateChange,
     Verdict,
 )
+from registry.tasks import dispatch_template_changes, run_check
 from tests.pipeline_data import SAFE_TEMPLATE, SLOW_PREFIX, UNSAFE_TEMPLATE, add_model
 from tests.tcpproxy import TcpProxy
 from tests.workerproc import wait_for
-from workers import pipeline
-from workers.checking import dispatch_template_changes, run_check
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

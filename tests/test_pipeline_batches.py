@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from checks import TemplateReport
+from registry import pipeline
 from registry.models import CheckRun, CheckStatus, EventKind, HubModel, ModelEvent, Verdict
 from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
-from workers import pipeline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,6 @@ from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries, DjangoCaptureOnCommitCallbacks
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from cachesafe import health
 from registry.models import (
     CatalogVerdict,
     CheckRun,
@@ -28,14 +27,15 @@ from registry.models import (
     ProbeStatus,
     TemplateVersion,
 )
+from registry.probes import store_report
 from tests.dashboard_data import (
     HOSTILE_REPO,
     Catalog,
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
 )
+from workers import health
 from workers.models import WorkerHeartbeat
-from workers.probing import store_report
 
 pytestmark = pytest.mark.django_db
 
@@ -142,7 +142,7 @@ def staff_client(client: Client) -> Client:
 
 @pytest.fixture
 def fresh_status(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The queue page asks cachesafe.health afresh, not a status cached by an earlier test."""
+    """The queue page asks workers.health afresh, not a status cached by an earlier test."""
     monkeypatch.setattr(health, "_cached", None)
 
 
@@ -382,9 +382,9 @@ def test_probe_queue_refuses_post(client: Client) -> None:
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """What the actions hand to Celery, captured at the task's own send method."""
-    from workers import pipeline
-    from workers.hub import sync_repo
-    from workers.probing import probe_model
+    from probe.tasks import probe_model
+    from registry import pipeline
+    from registry.tasks import sync_repo
 
     calls: dict[str, list[Any]] = {"sync": [], "check": [], "probe": []}
     monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: calls["sync"].append((a, k)))
@@ -508,9 +508,13 @@ def test_probe_action_queues_one_probe_on_the_mac_queue(
     with django_capture_on_commit_callbacks(execute=True):
         response = staff_client.post(f"/m/{model.repo_id}/probe", headers=HTMX)
     run = ProbeRun.objects.get(model=model)
-    ((args, options),) = sent["probe"]
+    ((args, _),) = sent["probe"]
     assert args[0][0] == run.pk and args[0][1]["repo_id"] == model.repo_id
-    assert options == {"queue": "mlx"}
+    from probe.tasks import probe_model
+    from workers.celery import app
+
+    # No call site names a queue: the routing table sends the probe to the Mac's.
+    assert app.amqp.router.route({}, probe_model.name)["queue"].name == "mlx"
     fragment = response.content.decode()
     assert "Waiting for the Mac worker" in fragment and 'hx-trigger="every 3s"' in fragment
     assert f'hx-get="/m/{model.repo_id}/"' in fragment  # polls the page, not the action
@@ -528,10 +532,10 @@ def test_probe_action_queues_one_probe_on_the_mac_queue(
 def test_page_shows_a_report_from_the_real_probe(
     client: Client, catalog: Catalog, tmp_path: Path
 ) -> None:
-    """A tiny hybrid model through workers.probe.runner: the page shows the report's numbers."""
+    """A tiny hybrid model through probe.runner: the page shows the report's numbers."""
+    from probe.runner import run_probe
+    from probe.tinymodels import build_tiny_model
     from tests.probe.conftest import job
-    from workers.probe.runner import run_probe
-    from workers.probe.tinymodels import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path / "tiny", "qwen3_next", "qwen3").path
     report = run_probe(job(model_dir, paths=["library", "library_checkpoints"]))

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from registry import probes as probing
 from registry.models import EventKind, HubModel, ModelEvent, ProbeRun, ProbeState
 from tests.conftest import free_port
 from tests.pipeline_data import SAFE_TEMPLATE, add_model
 from tests.workerproc import wait_for
-from workers import probing
 from workers.models import WorkerHeartbeat
 
 CPU_JOB = {"prompt_sizes": [128], "paths": ["library"], "repeats": 1}
@@ -57,7 +57,7 @@ def test_a_failed_probe_keeps_its_reason() -> None:
 def test_mac_worker_without_database_probes_a_model_and_reports_back(
     celery_workers: Any, tmp_path: Path
 ) -> None:
-    from workers.probe.tinymodels import build_tiny_model
+    from probe.tinymodels import build_tiny_model
 
     tiny = build_tiny_model(tmp_path / "tiny", "llama", "chatml").path
     model = add_model("tiny/dense-chatml", SAFE_TEMPLATE)

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from registry.hub import HubUnavailable
+from registry.jobs import single_running
 from registry.models import HubModel, ModelStatus, Watch, WatchKind
+from registry.tasks import refresh_watches, sync_repo, sync_stalest_repos
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
-from workers.hub import refresh_watches, sync_repo, sync_stalest_repos
-from workers.locks import single_running
 
 pytestmark = pytest.mark.django_db
 __all__ = ["fake_hub", "hub_settings"]

@@ -9,11 +9,11 @@ import pytest
 from django.test import Client
 
 from registry.models import HubModel, ModelStatus, TemplateChange
+from registry.tasks import sync_repo
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub
 from tests.workerproc import wait_for
-from workers.hub import sync_repo
 
 pytestmark = pytest.mark.worker
 __all__ = ["fake_hub"]

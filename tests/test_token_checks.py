@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from registry import pipeline
 from registry.models import CheckRun, HubModel, TokenizerFile, Verdict
 from registry.sync import sync_repo_ids
+from registry.tasks import dispatch_template_changes
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
 from tests.pipeline_data import SAFE_TEMPLATE
 from tests.workerproc import wait_for
-from workers import pipeline
-from workers.checking import dispatch_template_changes
 
 __all__ = ["fake_hub", "hub_settings"]
 

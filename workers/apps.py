@@ -8,4 +8,5 @@ class WorkersConfig(AppConfig):
     verbose_name = "Workers"
 
     def ready(self) -> None:
-        from . import heartbeat, receivers, schedule  # noqa: F401 - connects signals
+        # The Celery app first: every process that enqueues (web, commands) needs it configured.
+        from . import celery, heartbeat, schedule  # noqa: F401 - the app, signal receivers

@@ -9,6 +9,8 @@ from typing import Any
 from django.db import DatabaseError
 from django_celery_beat.schedulers import DatabaseScheduler
 
+from .models import BeatTick
+
 logger = logging.getLogger(__name__)
 
 TICK_RECORD_INTERVAL = 10.0
@@ -20,8 +22,6 @@ class RecordingDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
     _last_recorded = 0.0
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        from .models import BeatTick
-
         now = time.monotonic()
         if now - self._last_recorded >= TICK_RECORD_INTERVAL:
             try:

@@ -13,8 +13,11 @@ import threading
 from typing import Any
 
 import celery
+from celery import current_app
 from celery.signals import worker_ready, worker_shutdown
 from django.db import DatabaseError, close_old_connections
+
+from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +36,7 @@ def worker_info(queues: list[str]) -> dict[str, Any]:
     }
     if "mlx" in queues:
         try:
-            from workers.probe.machine import describe_machine
+            from probe.machine import describe_machine
         except ImportError:
             pass
         else:
@@ -43,17 +46,14 @@ def worker_info(queues: list[str]) -> dict[str, Any]:
 
 def send_heartbeat(hostname: str, queues: list[str], info: dict[str, Any]) -> None:
     if set(queues) <= {"mlx"}:
-        from .celery import app
-
-        app.send_task(
+        # The Mac has no database: a main worker records it (by name: the Mac runs no tasks
+        # of the service's own).
+        current_app.send_task(
             "workers.record_heartbeat",
             args=[hostname, queues, info],
-            queue="default",
             expires=HEARTBEAT_INTERVAL * 4,
         )
         return
-    from .models import WorkerHeartbeat
-
     close_old_connections()
     WorkerHeartbeat.beat(hostname, queues, info)
 

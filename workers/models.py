@@ -16,6 +16,12 @@ class WorkerHeartbeatQuerySet(models.QuerySet["WorkerHeartbeat"]):
     def alive(self) -> WorkerHeartbeatQuerySet:
         return self.filter(last_seen__gte=timezone.now() - HEARTBEAT_STALE_AFTER)
 
+    def probe_worker_online(self) -> bool:
+        """A live worker consumes the `mlx` queue (the Mac probe worker)."""
+        # In Python, not `queues__contains`: SQLite (the embedded default) has no JSON
+        # containment, and there are only a few live workers.
+        return any(hb.is_probe_worker for hb in self.alive().only("queues"))
+
 
 class WorkerHeartbeat(models.Model):
     """The last sign of life of one Celery worker, and what it told us about itself."""

@@ -1,4 +1,7 @@
-"""The default beat schedule, written to the database once; the admin edits it from there."""
+"""The default beat schedule, written to the database once; the admin edits it from there.
+
+No entry names a queue: the routing table in `workers.celery` sends each task by its name.
+"""
 
 from __future__ import annotations
 
@@ -14,30 +17,24 @@ from django.dispatch import receiver
 class ScheduledJob:
     name: str
     task: str
-    queue: str
     every_seconds: int
     kwargs: dict[str, Any]
 
 
 DEFAULT_SCHEDULE: list[ScheduledJob] = [
-    ScheduledJob(
-        "Dispatch template changes", "workers.dispatch_template_changes", "default", 30, {}
-    ),
+    ScheduledJob("Dispatch template changes", "workers.dispatch_template_changes", 30, {}),
     ScheduledJob(
         "Check what the engine has not checked",
         "workers.request_missing_checks",
-        "default",
         120,
         {},
     ),
-    ScheduledJob(
-        "Queue probes for the Mac worker", "workers.request_due_probes", "default", 300, {}
-    ),
-    ScheduledJob("Forget silent workers", "workers.prune_heartbeats", "default", 86400, {}),
-    ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", "hub", 600, {"limit": 200}),
-    ScheduledJob("Track new repos of watches", "hub.refresh_watches", "hub", 3600, {"limit": 50}),
-    ScheduledJob("Send alerts of new events", "alerts.dispatch_events", "notify", 15, {}),
-    ScheduledJob("Send daily alert digests", "alerts.send_due_digests", "notify", 3600, {}),
+    ScheduledJob("Queue probes for the Mac worker", "workers.request_due_probes", 300, {}),
+    ScheduledJob("Forget silent workers", "workers.prune_heartbeats", 86400, {}),
+    ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", 600, {"limit": 200}),
+    ScheduledJob("Track new repos of watches", "hub.refresh_watches", 3600, {"limit": 50}),
+    ScheduledJob("Send alerts of new events", "alerts.dispatch_events", 15, {}),
+    ScheduledJob("Send daily alert digests", "alerts.send_due_digests", 3600, {}),
 ]
 
 
@@ -55,7 +52,6 @@ def ensure_default_schedule() -> int:
             defaults={
                 "task": job.task,
                 "interval": interval,
-                "queue": job.queue,
                 "kwargs": json.dumps(job.kwargs),
             },
         )

@@ -22,7 +22,7 @@ from .catalog import (
 )
 from .check_runs import CatalogVerdict, CheckRun, CheckStatus, ProbeStatus, Thinking, Tools
 from .events import EventKind, ModelEvent
-from .jobs import Lease
+from .leases import Lease
 from .probes import PROBE_SEVERITY, ProbeRun, ProbeRunQuerySet, ProbeState, ProbeVerdict
 
 __all__ = [

@@ -11,10 +11,10 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from registry.models import ProbeRun
+from registry.probes import store_report
 from tests.dashboard_data import Catalog, build_catalog
 from tests.test_probe_pages import REPORT, probed
 from workers.models import WorkerHeartbeat
-from workers.probing import store_report
 
 from .conftest import ARTIFACTS, screenshot
 
@@ -59,7 +59,7 @@ def login_staff(page: Any, live_server: Any) -> None:
 def test_staff_queue_a_probe_and_the_queue_page_lists_it(
     page: Any, live_server: Any, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers.probing import probe_model
+    from probe.tasks import probe_model
 
     sent: list[Any] = []
     monkeypatch.setattr(probe_model, "apply_async", lambda *a, **k: sent.append((a, k)))

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from cachesafe.health import service_status
+from workers.health import service_status
 
 COMPONENTS = ("all", "database", "broker", "worker", "beat", "probe_worker")
 

@@ -8,18 +8,18 @@ sessions, so a page can put the template's prediction beside the engine's measur
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any
 
-from celery import Task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from checks.conversations import SESSIONS, TOOLS
-from dashboard.probes import record_probe
-from registry.models import (
+from probe.tasks import PROBE_SOFT_LIMIT, probe_model
+
+from .jobs import enqueue_on_commit
+from .models import (
     PROBE_SEVERITY,
     EventKind,
     HubModel,
@@ -29,17 +29,10 @@ from registry.models import (
     ProbeState,
     ProbeVerdict,
 )
-
-from .celery import app
-from .locks import single_running
-from .models import WorkerHeartbeat
+from .verdicts import record_probe
 
 logger = logging.getLogger(__name__)
 
-#: Real models at 32k tokens take long on the Mac; the broker's visibility timeout (3600 s) is
-#: above the hard limit so an unfinished probe is never handed to a second worker meanwhile.
-PROBE_SOFT_LIMIT = 3000
-PROBE_HARD_LIMIT = 3300
 #: The Mac runs one model at a time: keep only this many probes waiting for it.
 MAX_WAITING = 3
 
@@ -79,13 +72,7 @@ def request_probe(model: HubModel, **job_options: Any) -> ProbeRun:
     )
     job = probe_job(model, **job_options)
 
-    def send() -> None:
-        try:
-            probe_model.apply_async((run.pk, job), queue="mlx")
-        except Exception as exc:  # kombu raises many kinds; the run stays queued and visible
-            logger.warning("could not send probe %s: %s", run.pk, exc)
-
-    transaction.on_commit(send)
+    enqueue_on_commit(probe_model, run.pk, job)
     return run
 
 
@@ -95,12 +82,6 @@ def request_probe_once(model: HubModel) -> ProbeRun:
         HubModel.objects.select_for_update().filter(pk=model.pk).first()
         waiting = ProbeRun.objects.waiting().filter(model=model).order_by("-queued_at").first()
         return waiting or request_probe(model)
-
-
-def probe_worker_online() -> bool:
-    # In Python, not `queues__contains`: SQLite (the embedded default) has no JSON containment,
-    # and there are only a few live workers.
-    return any(hb.is_probe_worker for hb in WorkerHeartbeat.objects.alive().only("queues"))
 
 
 def request_due_probes(limit: int = MAX_WAITING) -> int:
@@ -168,45 +149,3 @@ def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
                 data={"old": previous.verdict, "new": verdict, "probe_run_id": run.pk},
             )
     return run
-
-
-@app.task(
-    name="workers.probe_model",
-    queue_name="mlx",
-    acks_late=True,
-    soft_time_limit=PROBE_SOFT_LIMIT,
-    time_limit=PROBE_HARD_LIMIT,
-)
-def probe_model(run_id: int, job: dict[str, Any]) -> str:
-    """On the Mac: measure, then hand the report to the main side. Touches no database."""
-    from workers.probe.runner import run_probe
-
-    app.send_task("workers.probe_started", args=[run_id, socket.gethostname()], queue="default")
-    report = run_probe(job)
-    app.send_task("workers.store_probe_report", args=[run_id, report], queue="default")
-    return str(report.get("status"))
-
-
-@app.task(name="workers.probe_started", queue_name="default", acks_late=True)
-def probe_started(run_id: int, worker: str) -> None:
-    ProbeRun.objects.filter(pk=run_id, state=ProbeState.QUEUED).update(
-        state=ProbeState.RUNNING, worker=worker, started_at=timezone.now()
-    )
-
-
-@app.task(
-    name="workers.store_probe_report", queue_name="default", acks_late=True, bind=True,
-    max_retries=10, default_retry_delay=30,
-)  # fmt: skip
-def store_probe_report(self: Task[Any, Any], run_id: int, report: dict[str, Any]) -> str:
-    run = store_report(run_id, report)
-    return run.state if run else "gone"
-
-
-@app.task(name="workers.request_due_probes", queue_name="default")
-def request_due_probes_task(limit: int = MAX_WAITING) -> int:
-    """Keep a few probes waiting for the Mac worker while it is online."""
-    with single_running("request_due_probes", ttl=300) as mine:
-        if not mine or not probe_worker_online():
-            return 0
-        return request_due_probes(limit)

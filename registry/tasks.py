@@ -1,24 +1,31 @@
-"""Tasks on the `checks` queue: run the engine on one template version, store the report."""
+"""The registry's Celery tasks: sync repos with the Hub, check template versions, store what the
+Mac probe measured. Each takes primary keys and re-fetches; queues come from the routing table
+in `workers.celery` (by task name), and `registry.receivers` enqueues them after commit.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from celery import Task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from checks import SandboxPool, TemplateSource, check_template
-from registry.models import CheckRun, CheckStatus
 
-from . import leases, pipeline
-from .celery import app
-from .locks import single_running
-from .tokenizer_files import HubUnavailable, TokenizerUnavailable, tokenizer_text
+from . import jobs, pipeline
+from .hub import HubUnavailable
+from .jobs import single_running
+from .models import CheckRun, CheckStatus, HubModel, ProbeRun, ProbeState
+from .probes import store_report
+from .sync import RegistrySync, sync_stalest
+from .tokenizer_files import TokenizerUnavailable, tokenizer_text
+from .watching import refresh_watches as refresh_all_watches
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +78,8 @@ def run_engine(run: CheckRun) -> dict[str, Any]:
     return report
 
 
-@app.task(
+@shared_task(
     name="workers.run_check",
-    queue_name="checks",
     bind=True,
     acks_late=True,
     autoretry_for=(OperationalError, InterfaceError, HubBusy),
@@ -92,7 +98,7 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
     if run.status == CheckStatus.DONE:
         return "done already"
     key = f"check:{run_id}"
-    if not leases.acquire(key, CHECK_LEASE):
+    if not jobs.acquire(key, CHECK_LEASE):
         # Someone alive is on it; look again later (it will be done by then, or its lease over).
         raise self.retry(countdown=5, max_retries=None)
     try:
@@ -105,28 +111,102 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
         return str(report["verdict"])
     finally:
         try:
-            leases.release(key)
+            jobs.release(key)
         except (OperationalError, InterfaceError):
             logger.warning("could not release %s; it expires by itself", key)
 
 
-@app.task(name="workers.handle_template_change", queue_name="default", acks_late=True)
+@shared_task(name="workers.handle_template_change", acks_late=True)
 def handle_template_change(change_id: int) -> bool:
     """Act on one template change right after the sync that found it (claimed: runs once)."""
     return pipeline.claim_template_change(change_id)
 
 
-@app.task(name="workers.dispatch_template_changes", queue_name="default", acks_late=True)
+@shared_task(name="workers.dispatch_template_changes", acks_late=True)
 def dispatch_template_changes(limit: int = 200) -> int:
     """Turn new template changes into events and checks (each change handled once)."""
     with single_running("dispatch_template_changes", ttl=300) as mine:
         return pipeline.dispatch_template_changes(limit) if mine else 0
 
 
-@app.task(name="workers.request_missing_checks", queue_name="default", acks_late=True)
+@shared_task(name="workers.request_missing_checks", acks_late=True)
 def request_missing_checks(limit: int = 500) -> int:
     """Check versions in use that the current engine has not checked (after an engine upgrade)."""
     with single_running("request_missing_checks", ttl=600) as mine:
         if not mine:
             return 0
         return pipeline.request_missing_checks(limit) + pipeline.resend_stalled_checks(limit)
+
+
+#: Beat runs of the batch jobs stop starting syncs after this many seconds (below the limits).
+BATCH_SECONDS = 420
+
+
+@shared_task(
+    name="hub.sync_repo",
+    bind=True,
+    acks_late=True,
+    max_retries=6,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def sync_repo(self: Task[Any, Any], model_pk: int, force: bool = False) -> str:
+    """Sync one tracked model; retried later when the Hub is down or rate-limits us."""
+    model = HubModel.objects.filter(pk=model_pk).first()
+    if model is None:
+        logger.info("model %s is gone; nothing to sync", model_pk)
+        return "gone"
+    try:
+        result = RegistrySync().sync(model, force=force)
+    except HubUnavailable as err:
+        countdown = err.retry_after or min(3600, 60 * 2**self.request.retries)
+        raise self.retry(countdown=countdown, exc=err) from err
+    logger.info("%s", result.line())
+    return result.outcome
+
+
+#: The batch jobs: bounded, acks_late (a rerun only repeats idempotent syncs), single-running.
+BATCH_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "soft_time_limit": BATCH_SECONDS + 60,
+    "time_limit": BATCH_SECONDS + 120,
+}
+
+
+def _single_running(name: str, job: Callable[[], int]) -> int:
+    """Run `job` unless another run of `name` holds the lock (a duplicate beat tick)."""
+    with single_running(name, ttl=BATCH_SECONDS + 180) as mine:
+        return job() if mine else 0
+
+
+@shared_task(name="hub.sync_stalest", **BATCH_OPTIONS)
+def sync_stalest_repos(limit: int = 200) -> int:
+    """Sync the repos synced longest ago (one request each when unchanged)."""
+    return _single_running(
+        "hub.sync_stalest", lambda: len(sync_stalest(limit, seconds=BATCH_SECONDS))
+    )
+
+
+@shared_task(name="hub.refresh_watches", **BATCH_OPTIONS)
+def refresh_watches(limit: int = 50) -> int:
+    """Track the new repos of watched authors and queries (their first sync is queued)."""
+    return _single_running(
+        "hub.refresh_watches",
+        lambda: sum(len(new) for new in refresh_all_watches(limit).values()),
+    )
+
+
+@shared_task(name="workers.probe_started", acks_late=True)
+def probe_started(run_id: int, worker: str) -> None:
+    ProbeRun.objects.filter(pk=run_id, state=ProbeState.QUEUED).update(
+        state=ProbeState.RUNNING, worker=worker, started_at=timezone.now()
+    )
+
+
+@shared_task(
+    name="workers.store_probe_report", acks_late=True, bind=True,
+    max_retries=10, default_retry_delay=30,
+)  # fmt: skip
+def store_probe_report(self: Task[Any, Any], run_id: int, report: dict[str, Any]) -> str:
+    run = store_report(run_id, report)
+    return run.state if run else "gone"

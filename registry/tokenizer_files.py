@@ -8,9 +8,9 @@ import logging
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from registry.hub import HubClient, HubUnavailable, RepoUnavailable
-from registry.models import SourceFile, TemplateSnapshot, TokenizerFile
-from registry.repo_files import BrokenRepo
+from .hub import HubClient, HubUnavailable, RepoUnavailable
+from .models import SourceFile, TemplateSnapshot, TokenizerFile
+from .repo_files import BrokenRepo
 
 logger = logging.getLogger(__name__)
 

@@ -11,6 +11,9 @@ from typing import Any
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from .celery import app
+from .models import HEARTBEAT_STALE_AFTER, BeatTick, WorkerHeartbeat
+
 BROKER_TIMEOUT = 2
 #: The banner on every page reuses a status this young instead of asking again.
 CACHE_SECONDS = 10.0
@@ -69,8 +72,6 @@ def _database() -> Component:
 
 
 def _broker() -> Component:
-    from workers.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT)
@@ -90,8 +91,6 @@ def service_status() -> ServiceStatus:
         unknown = Component(False, "unknown: the database is unreachable")
         return ServiceStatus(database, broker, unknown, unknown, unknown)
 
-    from workers.models import BeatTick, WorkerHeartbeat
-
     beats = list(WorkerHeartbeat.objects.all())
     main = [hb for hb in beats if not hb.is_probe_worker]
     probes = [hb for hb in beats if hb.is_probe_worker]
@@ -107,8 +106,6 @@ def service_status() -> ServiceStatus:
         return Component(False, f"{label} has never reported")
 
     tick = BeatTick.last()
-    from workers.models import HEARTBEAT_STALE_AFTER
-
     if tick is None:
         beat = Component(False, "beat scheduler has never ticked")
     elif tick.last_tick >= timezone.now() - HEARTBEAT_STALE_AFTER:

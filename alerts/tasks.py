@@ -1,4 +1,5 @@
-"""Tasks on the `notify` queue: fan events out to subscribers and deliver alerts.
+"""The alerts' Celery tasks (queue `notify`, by the routing table): fan events out to
+subscribers and deliver alerts.
 
 The state lives in Postgres (`alerts.Delivery`, `alerts.Digest`); these tasks take primary
 keys and call `alerts.delivery`, which claims, leases and records (docs/alerts.md).
@@ -9,13 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import Task
+from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
 
-from alerts import delivery
+from registry.jobs import single_running
 
-from .celery import app
-from .locks import single_running
+from . import delivery
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +23,8 @@ logger = logging.getLogger(__name__)
 DB_ERRORS = (OperationalError, InterfaceError)
 
 
-@app.task(
+@shared_task(
     name="alerts.claim_event",
-    queue_name="notify",
     acks_late=True,
     autoretry_for=DB_ERRORS,
     retry_backoff=2,
@@ -40,7 +39,6 @@ def claim_event(event_id: int) -> int:
 
 #: Sends are idempotent (the record says whether it succeeded): acks_late is safe.
 SEND_OPTIONS: dict[str, Any] = {
-    "queue_name": "notify",
     "bind": True,
     "acks_late": True,
     "autoretry_for": DB_ERRORS,
@@ -59,27 +57,26 @@ def _finish(task: Task[Any, Any], outcome: delivery.Outcome) -> str:
     return outcome.status
 
 
-@app.task(name="alerts.send_delivery", **SEND_OPTIONS)
+@shared_task(name="alerts.send_delivery", **SEND_OPTIONS)
 def send_delivery(self: Task[Any, Any], delivery_id: int) -> str:
     """Send one alert unless its success is recorded; retries with backoff when transient."""
     return _finish(self, delivery.deliver(delivery_id))
 
 
-@app.task(name="alerts.send_digest", **SEND_OPTIONS)
+@shared_task(name="alerts.send_digest", **SEND_OPTIONS)
 def send_digest(self: Task[Any, Any], digest_id: int) -> str:
     """Send one channel's daily digest unless it is recorded as sent."""
     return _finish(self, delivery.send_digest(digest_id))
 
 
-@app.task(name="alerts.send_test", queue_name="notify", soft_time_limit=40, time_limit=50)
+@shared_task(name="alerts.send_test", soft_time_limit=40, time_limit=50)
 def send_test(channel_id: int) -> str:
     """A test message the owner asked for (not idempotent: no acks_late)."""
     return delivery.send_test(channel_id).status
 
 
-@app.task(
+@shared_task(
     name="alerts.dispatch_events",
-    queue_name="notify",
     acks_late=True,
     soft_time_limit=240,
     time_limit=270,
@@ -92,9 +89,8 @@ def dispatch_events(limit: int = 200) -> int:
         return delivery.dispatch_events(limit) + delivery.resend_stalled(limit)
 
 
-@app.task(
+@shared_task(
     name="alerts.send_due_digests",
-    queue_name="notify",
     acks_late=True,
     soft_time_limit=240,
     time_limit=270,

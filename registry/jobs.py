@@ -1,0 +1,110 @@
+"""How background work runs once: leases in the database, single-running locks in the shared
+cache, and the one way a task is enqueued (after commit; a broker outage only delays it).
+
+Every task is sent through `enqueue_on_commit`: Celery's routing table (`workers.celery`) picks
+the queue from the task's name, so no call site names a queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from functools import partial
+from typing import Any, Protocol
+
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .models import Lease
+
+logger = logging.getLogger(__name__)
+
+
+class Sendable(Protocol):
+    name: str
+
+    def delay(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    try:
+        task.delay(*args, **kwargs)
+    except Exception as exc:  # kombu raises many kinds; each task's beat sweep sends it again
+        logger.warning("could not enqueue %s%r (a sweep will): %s", task.name, args, exc)
+
+
+def enqueue_on_commit(task: Sendable, *args: Any, **kwargs: Any) -> None:
+    """Send `task(*args, **kwargs)` once the current transaction commits (at once outside one)."""
+    transaction.on_commit(partial(_send, task, args, kwargs))
+
+
+def current_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only when the holder ran on this host and its process is gone."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def acquire(key: str, ttl: timedelta) -> bool:
+    """Claim the lease `key` for `ttl`; True if this process now holds it."""
+    me = current_holder()
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            Lease.objects.create(key=key, holder=me, expires_at=now + ttl)
+        return True
+    except IntegrityError:
+        pass
+    lease = Lease.objects.filter(key=key).first()
+    if lease is None:
+        return acquire(key, ttl)
+    if lease.holder == me:
+        return True
+    if lease.expires_at >= now and not holder_is_dead(lease.holder):
+        return False
+    # Compare-and-swap: of several processes taking over a dead lease, one wins.
+    return (
+        Lease.objects.filter(pk=lease.pk, holder=lease.holder, expires_at=lease.expires_at).update(
+            holder=me, expires_at=now + ttl
+        )
+        == 1
+    )
+
+
+def release(key: str) -> None:
+    Lease.objects.filter(key=key, holder=current_holder()).delete()
+
+
+@contextmanager
+def single_running(name: str, *, ttl: int) -> Iterator[bool]:
+    """Yield True if this caller holds the lock `name`, False if someone else does.
+
+    A lock in the shared cache (Redis in production, the database otherwise). `ttl` bounds how
+    long a crashed holder can block others; it must exceed the job's hard limit.
+    """
+    key = f"lock:{name}"
+    token = secrets.token_hex(8)
+    acquired = bool(cache.add(key, token, timeout=ttl))
+    try:
+        yield acquired
+    finally:
+        # Release only our own lock: after a ttl expiry someone else may hold it now.
+        if acquired and cache.get(key) == token:
+            cache.delete(key)

@@ -1,0 +1,47 @@
+"""The registry's own receivers: its announcements become Celery tasks (after commit) and
+events. Connected in `RegistryConfig.ready`; the domain modules never import the tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import receiver
+from django.utils import timezone
+
+from . import tasks
+from .jobs import enqueue_on_commit
+from .models import EventKind, HubModel, ModelEvent
+from .signals import check_requested, status_changed, sync_requested, template_changed
+
+
+@receiver(template_changed, dispatch_uid="registry.template_changed")
+def _check_changed_template(sender: Any, change_id: int, **kwargs: Any) -> None:
+    # If the broker is down the change stays unclaimed in Postgres and the beat dispatcher
+    # picks it up.
+    enqueue_on_commit(tasks.handle_template_change, change_id)
+
+
+@receiver(sync_requested, dispatch_uid="registry.sync_requested")
+def _sync(sender: Any, model_pk: int, force: bool = False, **kwargs: Any) -> None:
+    enqueue_on_commit(tasks.sync_repo, model_pk, force=force)
+
+
+@receiver(check_requested, dispatch_uid="registry.check_requested")
+def _check(sender: Any, run_id: int, **kwargs: Any) -> None:
+    # A lost send leaves the run pending: `request_missing_checks` re-sends stalled runs.
+    enqueue_on_commit(tasks.run_check, run_id)
+
+
+@receiver(status_changed, dispatch_uid="registry.status_changed")
+def _record_status_change(
+    sender: Any, model_pk: int, old: str, new: str, reason: str, **kwargs: Any
+) -> None:
+    """A repo became gated, private, missing or disabled: an event subscribers can hear about."""
+    repo_id = HubModel.objects.filter(pk=model_pk).values_list("repo_id", flat=True).first()
+    ModelEvent.record(
+        model_pk,
+        EventKind.STATUS_CHANGED,
+        key=f"status:{model_pk}:{old}:{new}:{timezone.now():%Y%m%d%H%M%S%f}",
+        summary=f"{repo_id}: {old} → {new}" + (f" ({reason})" if reason else ""),
+        data={"old": old, "new": new, "reason": reason},
+    )
