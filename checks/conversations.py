@@ -7,6 +7,7 @@ followed by an assistant reply (or by nothing). Each request is rendered with th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +68,18 @@ class Session:
 
     def request_ends(self) -> list[int]:
         """Index (exclusive) of the end of each request."""
-        ends = []
-        for i, message in enumerate(self.messages):
-            nxt = self.messages[i + 1] if i + 1 < len(self.messages) else None
-            if message["role"] in ("user", "tool") and (nxt is None or nxt["role"] == "assistant"):
-                ends.append(i + 1)
-        return ends
+        return request_ends(self.messages)
+
+
+def request_ends(messages: Sequence[Message]) -> list[int]:
+    """Where a client's requests end in a session: after each user or tool message that an
+    assistant reply (or nothing) follows. The one rule for the engine and the Mac probe."""
+    ends = []
+    for i, message in enumerate(messages):
+        nxt = messages[i + 1] if i + 1 < len(messages) else None
+        if message["role"] in ("user", "tool") and (nxt is None or nxt["role"] == "assistant"):
+            ends.append(i + 1)
+    return ends
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

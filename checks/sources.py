@@ -1,16 +1,30 @@
 """Where a model's chat template comes from: parse the files a repository publishes.
 
 Precedence follows transformers 5.x: `chat_template.jinja` (+ `additional_chat_templates/*.jinja`)
-wins over `tokenizer_config.json` `"chat_template"`, which wins over a legacy `chat_template.json`.
+wins over `tokenizer_config.json` `"chat_template"`, which wins over a legacy `chat_template.json`;
+special tokens come from `tokenizer_config.json`, else `special_tokens_map.json`. This module is
+the one place that rule is written: the CLI (`load_repository`), the registry's sync and its local
+import (`find_templates` over the files of a commit) all call it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+CHAT_TEMPLATE_JINJA = "chat_template.jinja"
+TEMPLATE_DIR = "additional_chat_templates"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE_JSON = "chat_template.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+#: Files whose content decides a repository's templates (besides TEMPLATE_DIR/*.jinja).
+TEMPLATE_FILES = (CHAT_TEMPLATE_JINJA, TOKENIZER_CONFIG, CHAT_TEMPLATE_JSON, SPECIAL_TOKENS_MAP)
+MAX_NAMED_TEMPLATES = 32
 
 # Special tokens transformers exposes to templates by name when the tokenizer defines them.
 SPECIAL_TOKEN_NAMES = (
@@ -49,6 +63,11 @@ class TemplateSource:
 
 
 def sha256_text(text: str) -> str:
+    """The SHA-256 of a template's UTF-8 bytes: the one hash of template text everywhere.
+
+    `surrogatepass`: a JSON config can write a lone surrogate (`"\\ud800"`) into a template,
+    and its hash must not raise.
+    """
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -63,7 +82,7 @@ def decode_text(data: bytes, name: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SourceError(f"{name} is not valid UTF-8 (byte {exc.start})") from exc
+        raise SourceError(f"{name} is not valid UTF-8 (byte {exc.start})") from None
 
 
 def _token_text(value: Any) -> str | None:
@@ -84,10 +103,23 @@ def special_tokens_from_config(config: dict[str, Any]) -> dict[str, str]:
     return tokens
 
 
+def _unicode_text(text: str, name: str) -> str:
+    """JSON can escape a lone surrogate (`"\\ud800"`) into a string that no UTF-8 encoder, and
+    so no tokenizer or database, accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = f"\\u{ord(text[exc.start]):04x}"
+        raise SourceError(
+            f"{name}: chat_template holds a lone surrogate ({bad}), which is not valid Unicode"
+        ) from None
+    return text
+
+
 def templates_from_value(value: Any, name: str) -> dict[str, str]:
     """A `chat_template` value: a string, or a list of {name, template} entries."""
     if isinstance(value, str):
-        return {"default": value}
+        return {"default": _unicode_text(value, name)}
     if isinstance(value, list) and value:
         templates: dict[str, str] = {}
         for entry in value:
@@ -99,19 +131,33 @@ def templates_from_value(value: Any, name: str) -> dict[str, str]:
                 raise SourceError(
                     f"{name}: chat_template list entries must be {{name, template}} strings"
                 )
-            templates[entry["name"]] = entry["template"]
+            templates[entry["name"]] = _unicode_text(entry["template"], name)
         return templates
     kind = type(value).__name__ if value is not None else "missing"
     raise SourceError(f"{name}: chat_template must be a string or a named list, got {kind}")
 
 
-def parse_json_object(text: str, name: str) -> dict[str, Any]:
+def _type_name(value: object) -> str:
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
+
+
+def parse_json(text: str, name: str) -> Any:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{name} is not valid JSON: {exc}") from exc
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SourceError(
+            f"{name} is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+        ) from None
+    except RecursionError:
+        raise SourceError(f"{name} is not valid JSON: nested too deeply") from None
+
+
+def parse_json_object(text: str, name: str) -> dict[str, Any]:
+    data = parse_json(text, name)
     if not isinstance(data, dict):
-        raise SourceError(f"{name} must hold a JSON object")
+        raise SourceError(f"{name} is {_type_name(data)}, not a JSON object")
     return data
 
 
@@ -150,30 +196,103 @@ def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> Tem
     return source_from_template_text(text, path.name, special_tokens)
 
 
-def load_repository(directory: Path) -> TemplateSource:
-    """Load a model repository snapshot with transformers' precedence between files."""
-    config_path = directory / "tokenizer_config.json"
+@dataclass(frozen=True)
+class FoundTemplates:
+    """The templates of one repository commit and the file they came from."""
+
+    source_file: str
+    default: str
+    #: Every named template when the repo has several (`default`, `tool_use`, …), else empty.
+    named: dict[str, str] = field(default_factory=dict)
+    special_tokens: dict[str, str] = field(default_factory=dict)
+
+    def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What a change compares: the default text and every named text, by SHA-256."""
+        named = tuple(sorted((name, sha256_text(text)) for name, text in self.named.items()))
+        return (sha256_text(self.default), named)
+
+    def source(self) -> TemplateSource:
+        """As the engine takes it: every template by name, the tokens, the winning file."""
+        templates = self.named or {"default": self.default}
+        return TemplateSource(dict(templates), dict(self.special_tokens), origin=self.source_file)
+
+
+def _found_in_value(path: str, value: object) -> tuple[str, dict[str, str]] | None:
+    """A `chat_template` value: (default, named) or None when empty; raises SourceError."""
+    if value is None or value == [] or (isinstance(value, str) and not value.strip()):
+        return None
+    templates = templates_from_value(value, path)
+    if len(templates) > MAX_NAMED_TEMPLATES:
+        raise SourceError(f"{path}: more than {MAX_NAMED_TEMPLATES} named chat templates")
+    default = templates.get("default", templates[sorted(templates)[0]])
+    return default, (templates if len(templates) > 1 else {})
+
+
+def _json_file(files: Mapping[str, bytes], path: str) -> dict[str, Any]:
+    return parse_json_object(decode_text(files[path], path), path)
+
+
+def find_templates(files: Mapping[str, bytes]) -> FoundTemplates | None:
+    """The templates these files define (None: no chat template); raises SourceError.
+
+    `files` maps repository paths to bytes: any of TEMPLATE_FILES and
+    `additional_chat_templates/*.jinja`. Everything in them is hostile.
+    """
     config: dict[str, Any] = {}
-    if config_path.is_file():
-        config = parse_json_object(read_text(config_path), config_path.name)
-    tokens = special_tokens_from_config(config)
-    jinja_path = directory / "chat_template.jinja"
-    if jinja_path.is_file():
-        templates = {"default": read_text(jinja_path)}
-        extra_dir = directory / "additional_chat_templates"
-        if extra_dir.is_dir():
-            for extra in sorted(extra_dir.glob("*.jinja")):
-                templates[extra.stem] = read_text(extra)
-        return TemplateSource(templates, tokens, origin=jinja_path.name)
-    if "chat_template" in config:
-        templates = templates_from_value(config["chat_template"], config_path.name)
-        return TemplateSource(templates, tokens, origin=config_path.name)
-    legacy = directory / "chat_template.json"
-    if legacy.is_file():
-        legacy_config = parse_json_object(read_text(legacy), legacy.name)
-        templates = templates_from_value(legacy_config.get("chat_template"), legacy.name)
-        return TemplateSource(templates, tokens, origin=legacy.name)
-    raise SourceError(
-        f"{directory.name}: no chat_template.jinja, tokenizer_config.json template "
-        "or chat_template.json"
-    )
+    if TOKENIZER_CONFIG in files:
+        config = _json_file(files, TOKENIZER_CONFIG)
+    fallback: dict[str, Any] = {}
+    if SPECIAL_TOKENS_MAP in files:
+        # Only a fallback for tokens: a bad one does not break the template.
+        with contextlib.suppress(SourceError):
+            fallback = _json_file(files, SPECIAL_TOKENS_MAP)
+    tokens = special_tokens_from_config(fallback)
+    tokens.update(special_tokens_from_config(config))
+
+    named: dict[str, str] = {}
+    if CHAT_TEMPLATE_JINJA in files:
+        named["default"] = decode_text(files[CHAT_TEMPLATE_JINJA], CHAT_TEMPLATE_JINJA)
+    extra = sorted(p for p in files if p.startswith(TEMPLATE_DIR + "/") and p.endswith(".jinja"))
+    if len(extra) > MAX_NAMED_TEMPLATES:
+        raise SourceError(f"{TEMPLATE_DIR}/ holds more than {MAX_NAMED_TEMPLATES} templates")
+    for path in extra:
+        name = path.removeprefix(TEMPLATE_DIR + "/").removesuffix(".jinja")
+        named[name] = decode_text(files[path], path)
+    if named:
+        source = CHAT_TEMPLATE_JINJA if CHAT_TEMPLATE_JINJA in files else TEMPLATE_DIR
+        default = named.get("default", named[sorted(named)[0]])
+        return FoundTemplates(source, default, named if len(named) > 1 else {}, tokens)
+
+    found = _found_in_value(TOKENIZER_CONFIG, config.get("chat_template"))
+    if found is not None:
+        return FoundTemplates(TOKENIZER_CONFIG, found[0], found[1], tokens)
+    if CHAT_TEMPLATE_JSON in files:
+        processor = _json_file(files, CHAT_TEMPLATE_JSON)
+        found = _found_in_value(CHAT_TEMPLATE_JSON, processor.get("chat_template"))
+        if found is not None:
+            return FoundTemplates(CHAT_TEMPLATE_JSON, found[0], found[1], tokens)
+    return None
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read {path.name}: {exc.strerror}") from exc
+
+
+def load_repository(directory: Path) -> TemplateSource:
+    """Load a model repository folder with transformers' precedence between files."""
+    files = {name: _read_bytes(directory / name) for name in TEMPLATE_FILES
+             if (directory / name).is_file()}  # fmt: skip
+    extra_dir = directory / TEMPLATE_DIR
+    if extra_dir.is_dir():
+        for extra in sorted(extra_dir.glob("*.jinja")):
+            files[f"{TEMPLATE_DIR}/{extra.name}"] = _read_bytes(extra)
+    found = find_templates(files)
+    if found is None:
+        raise SourceError(
+            f"{directory.name}: no chat_template.jinja, tokenizer_config.json template "
+            "or chat_template.json"
+        )
+    return found.source()

@@ -1,4 +1,4 @@
-"""The pages people see. Thin: fetch or 404, one or two calls, render (STYLE §2, §3)."""
+"""The pages people see. Thin: fetch or 404, one or two calls, render."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe
 from .report_view import ReportView, model_sentence
-from .reports import find_pair
+from .stored_reports import find_pair
 
 
 @require_GET
@@ -249,12 +249,8 @@ def pair_detail(
     if location is None or check is None:
         raise Http404("no such request pair in this template's check")
     # Special tokens come from a model that uses this version (the one in ?model= if it does).
-    snapshots = TemplateSnapshot.objects.filter(default_template=version).select_related("model")
-    snapshot = (
-        snapshots.filter(model__repo_id=request.GET.get("model", "")).first()
-        or snapshots.order_by("-created_at").first()
-    )
-    tokens = dict(snapshot.special_tokens) if snapshot else {}
+    snapshot = version.snapshot_for(request.GET.get("model", ""))
+    tokens = snapshot.token_strings() if snapshot else {}
     try:
         diff = pair_diff(version, tokens, location, check.engine_version)
         problem = ""

@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from checks.conversations import Session
+from checks.conversations import request_ends
 from probe.correctness import (
     DEFAULT_THRESHOLD,
     LogprobComparison,
@@ -35,15 +35,7 @@ from probe.library_path import (
     cache_layers,
 )
 from probe.machine import describe_machine
-from probe.rendering import (
-    ChatRequest,
-    RenderedPrompt,
-    common_prefix,
-    forced_reply,
-    parse_request,
-    render_prompt,
-)
-from probe.reports import (
+from probe.measurements import (
     MISS_BELOW,
     ConversationResult,
     Correctness,
@@ -52,6 +44,14 @@ from probe.reports import (
     RepeatResult,
     error_report,
     job_summary,
+)
+from probe.rendering import (
+    ChatRequest,
+    RenderedPrompt,
+    common_prefix,
+    forced_reply,
+    parse_request,
+    render_prompt,
 )
 from probe.server_path import serve_conversation
 
@@ -133,13 +133,12 @@ def parse_conversations(job: dict[str, Any]) -> dict[str, list[ChatRequest]]:
 
 def session_requests(messages: Any) -> list[list[dict[str, Any]]]:
     """The requests a client sends during that session, cut by the check engine's own rule
-    (`checks.conversations.Session.request_ends`)."""
+    (`checks.conversations.request_ends`)."""
     if not isinstance(messages, list):
         raise ValueError("a session needs a list of messages")
     if not all(isinstance(m, dict) and "role" in m for m in messages):
         raise ValueError("every message must be a dict with a role")
-    session = Session(name="", title="", messages=tuple(messages), uses_tools=False)
-    return [messages[:end] for end in session.request_ends()]
+    return [messages[:end] for end in request_ends(messages)]
 
 
 def run_probe(job: dict[str, Any]) -> dict[str, Any]:

@@ -210,20 +210,6 @@ def resend_stalled_checks(limit: int = 500) -> int:
     return len(stalled)
 
 
-def special_tokens_for(version: TemplateVersion) -> dict[str, str]:
-    """The special tokens of a snapshot that uses this version (fine-tunes share them)."""
-    snapshot = (
-        TemplateSnapshot.objects.filter(
-            Q(default_template=version) | Q(named_templates__version=version)
-        )
-        .order_by("-created_at")
-        .values("special_tokens")
-        .first()
-    )
-    tokens = snapshot["special_tokens"] if snapshot else {}
-    return {k: v for k, v in tokens.items() if isinstance(k, str) and isinstance(v, str)}
-
-
 def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
     """Save a finished check and update every model using the version; return the flipped ones."""
     with transaction.atomic():

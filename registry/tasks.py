@@ -53,7 +53,7 @@ def run_engine(run: CheckRun) -> dict[str, Any]:
     version = run.template_version
     source = TemplateSource(
         {"default": version.text},
-        special_tokens=pipeline.special_tokens_for(version),
+        special_tokens=version.special_tokens(),
         origin="registry",
     )
     tokenizer_json, skipped = None, ""

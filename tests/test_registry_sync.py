@@ -311,8 +311,17 @@ def test_unknown_repo_is_missing(fake_hub: FakeHub, sync: Callable[..., SyncResu
         ({"chat_template.jinja": b"{{ bos_token }}\xff\xfe"}, "not valid UTF-8"),
         ({"chat_template.jinja": CHATML + " " * 2_000_000}, "over the 1,048,576-byte cap"),
         ({"tokenizer_config.json": b"[1, 2]"}, "not a JSON object"),
+        ({"tokenizer_config.json": b'{"chat_template": "{{ x }}\\ud800"}'}, "lone surrogate"),
     ],
-    ids=["malformed-json", "template-object", "template-number", "bad-utf8", "huge", "json-list"],
+    ids=[
+        "malformed-json",
+        "template-object",
+        "template-number",
+        "bad-utf8",
+        "huge",
+        "json-list",
+        "lone-surrogate",
+    ],
 )
 def test_hostile_files_make_the_repo_broken_with_a_reason(
     fake_hub: FakeHub, sync: Callable[..., SyncResult], files: dict[str, Any], reason: str

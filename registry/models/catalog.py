@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+
+from checks.sources import sha256_text
 
 #: A Hub model id: `owner/name`, letters, digits, `-`, `_`, `.`; no `--`/`..`; 96 chars a part.
 REPO_ID_RE = re.compile(
@@ -42,9 +43,8 @@ class Verdict(models.TextChoices):
 class TemplateVersionQuerySet(models.QuerySet["TemplateVersion"]):
     def get_or_create_for_text(self, text: str) -> tuple[TemplateVersion, bool]:
         """Deduplicate by SHA-256 of the exact UTF-8 bytes of the template."""
-        data = text.encode("utf-8", "surrogateescape")
-        sha = hashlib.sha256(data).hexdigest()
-        return self.get_or_create(sha256=sha, defaults={"text": text, "size": len(data)})
+        size = len(text.encode("utf-8", "surrogatepass"))
+        return self.get_or_create(sha256=sha256_text(text), defaults={"text": text, "size": size})
 
 
 class TemplateVersion(models.Model):
@@ -59,6 +59,25 @@ class TemplateVersion(models.Model):
 
     def __str__(self) -> str:
         return self.sha256[:12]
+
+    def snapshot_for(self, repo_id: str = "") -> TemplateSnapshot | None:
+        """The snapshot this template is read with: `repo_id`'s when it uses this version
+        (as default or named template), else the newest that does (fine-tunes share it)."""
+        snapshots = (
+            TemplateSnapshot.objects.filter(
+                Q(default_template=self) | Q(named_templates__version=self)
+            )
+            .select_related("model")
+            .order_by("-created_at", "-id")
+        )
+        found = snapshots.filter(model__repo_id=repo_id).first() if repo_id else None
+        return found or snapshots.first()
+
+    def special_tokens(self, repo_id: str = "") -> dict[str, str]:
+        """The special tokens this template renders with (`snapshot_for`'s): one rule for the
+        check and for the pair page that re-renders what the check saw."""
+        snapshot = self.snapshot_for(repo_id)
+        return snapshot.token_strings() if snapshot else {}
 
 
 class ModelStatus(models.TextChoices):
@@ -202,6 +221,11 @@ class TemplateSnapshot(models.Model):
     def __str__(self) -> str:
         return f"{self.model.repo_id}@{self.commit_sha[:8]}"
 
+    def token_strings(self) -> dict[str, str]:
+        """The named special tokens, strings only (the JSON came from the Hub)."""
+        tokens = self.special_tokens if isinstance(self.special_tokens, dict) else {}
+        return {k: v for k, v in tokens.items() if isinstance(k, str) and isinstance(v, str)}
+
 
 class NamedTemplate(models.Model):
     """A named chat template of a snapshot (`default`, `tool_use`, …)."""
@@ -240,7 +264,7 @@ class TemplateChange(models.Model):
         TemplateSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     detected_at = models.DateTimeField(default=timezone.now)
-    #: Set by the one task that won the claim (STYLE §7): UPDATE … WHERE claimed IS NULL.
+    #: Set by the one task that won the claim: UPDATE … WHERE claimed IS NULL.
     checks_claimed_at = models.DateTimeField(null=True, blank=True)
     alerts_claimed_at = models.DateTimeField(null=True, blank=True)
 

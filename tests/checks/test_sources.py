@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.sources import SourceError, load_repository, load_source
+from checks.sources import SourceError, find_templates, load_repository, load_source, sha256_text
 
 CRLF_TEMPLATE = b"{% for m in messages %}{{ m.content }}\r\n{% endfor %}"
 
@@ -59,3 +59,25 @@ def test_repository_without_a_template_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
     with pytest.raises(SourceError, match="no chat_template.jinja"):
         load_repository(tmp_path)
+
+
+def test_a_folder_and_a_commits_files_follow_one_rule(tmp_path: Path) -> None:
+    """The CLI reads a folder and the registry a commit's files: same templates, same tokens
+    (special_tokens_map.json is the fallback in both)."""
+    files = {
+        "tokenizer_config.json": json.dumps({"chat_template": "{{ bos_token }}x"}).encode(),
+        "special_tokens_map.json": json.dumps({"bos_token": {"content": "<s>"}}).encode(),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    found = find_templates(files)
+    assert found is not None
+    assert load_repository(tmp_path) == found.source()
+    assert found.source().special_tokens == {"bos_token": "<s>"}
+
+
+def test_one_hash_for_template_text_even_with_a_lone_surrogate() -> None:
+    text = json.loads('"{{ x }}\\ud800"')
+    assert sha256_text(text) == hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    with pytest.raises(SourceError, match="lone surrogate"):
+        find_templates({"tokenizer_config.json": json.dumps({"chat_template": text}).encode()})
