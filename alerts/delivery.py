@@ -1,4 +1,4 @@
-"""Delivery that loses nothing and sends nothing twice (STYLE §7, §13).
+"""Delivery that loses nothing and sends nothing twice.
 
 An event is claimed once (`UPDATE … WHERE notify_claimed_at IS NULL`); the winner writes one
 `Delivery` per matching channel in the same transaction and enqueues their sends after commit.

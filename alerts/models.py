@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from registry.models import EventKind, HubModel, ModelEvent, Verdict
 
+from .notifications import model_path as repo_page_path
+
 #: How many characters of an error we keep (a webhook may answer with a whole HTML page).
 ERROR_CHARS = 500
 
@@ -214,9 +216,7 @@ class Subscription(models.Model):
 
     @property
     def model_path(self) -> str | None:
-        from .notifications import model_path
-
-        return model_path(self.model.repo_id) if self.model is not None else None
+        return repo_page_path(self.model.repo_id) if self.model is not None else None
 
     @property
     def feed_url(self) -> str | None:

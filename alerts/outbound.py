@@ -1,4 +1,4 @@
-"""The one HTTP client for user-supplied URLs (webhooks, Slack, Discord): STYLE §12.
+"""The one HTTP client for user-supplied URLs (webhooks, Slack, Discord).
 
 http/https only, short timeouts, a capped response, at most three redirects. The host is
 resolved here and every address it resolves to must be public; the socket then connects to the

@@ -1,4 +1,4 @@
-"""Signed, expiring links: confirm an address, unsubscribe, sign in (STYLE §13).
+"""Signed, expiring links: confirm an address, unsubscribe, sign in.
 
 Each purpose has its own salt, so a token made for one can never be used for another. A token
 names the address it was made for: when the address changes, the old links stop working.

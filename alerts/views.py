@@ -1,6 +1,6 @@
 """Alert pages: settings, channels, subscriptions, teams, confirm / unsubscribe / sign-in links.
 
-Thin (STYLE §2): fetch what the user owns or 404, one or two calls, render or redirect. Every
+Thin: fetch what the user owns or 404, one or two calls, render or redirect. Every
 change is a POST behind CSRF; the one exception is the RFC 8058 one-click unsubscribe, which
 mail providers POST without a cookie: its signed token is the proof.
 """
@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import delivery, emails, ratelimits, tokens
+from . import delivery, emails, throttles, tokens
 from .forms import ChannelForm, MemberForm, SigninLinkForm, SubscriptionForm, TeamForm
 from .models import Channel, Subscription, Team
 
@@ -88,7 +88,7 @@ def channel_create(request: HttpRequest) -> HttpResponse:
     if channel.team is None:
         channel.owner = request.user  # type: ignore[assignment]
     if channel.is_email:
-        if not ratelimits.allowed("confirmation_mail", request, channel.address):
+        if not throttles.allowed("confirmation_mail", request, channel.address):
             return _limited(request, "Too many confirmation mails; try again in an hour.")
         channel.save()
         if _mailed(request, emails.confirmation_email(channel)):
@@ -118,7 +118,7 @@ def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
     if not channel.is_active:
         messages.error(request, "This channel is not active: confirm or re-create it first.")
         return redirect("alerts:channel", pk=channel.pk)
-    if not ratelimits.allowed("test_send", request):
+    if not throttles.allowed("test_send", request):
         return _limited(request, "Too many test sends; try again in an hour.")
     delivery.enqueue("send_test", channel.pk)
     messages.info(request, "Test message queued: its result shows below in a few seconds.")
@@ -130,7 +130,7 @@ def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
 def channel_resend_confirmation(request: HttpRequest, pk: int) -> HttpResponse:
     channel = _owned_channel(request, pk)
     if channel.is_email and channel.confirmed_at is None:
-        if not ratelimits.allowed("confirmation_mail", request, channel.address):
+        if not throttles.allowed("confirmation_mail", request, channel.address):
             return _limited(request, "Too many confirmation mails; try again in an hour.")
         if _mailed(request, emails.confirmation_email(channel)):
             messages.info(request, f"We sent a new confirmation link to {channel.address}.")
@@ -147,7 +147,7 @@ def channel_delete(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def subscription_create(request: HttpRequest) -> HttpResponse:
-    if not ratelimits.allowed("subscribe", request):
+    if not throttles.allowed("subscribe", request):
         return _limited(request, "Too many subscriptions at once; try again in an hour.")
     form = SubscriptionForm(request.POST, user=request.user)
     if not form.is_valid():
@@ -271,7 +271,7 @@ def signin_request(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return render(request, "alerts/login.html", {"link_form": form}, status=400)
     address = form.cleaned_data["email"]
-    if not ratelimits.allowed("signin_mail", request, address):
+    if not throttles.allowed("signin_mail", request, address):
         return _limited(request, "Too many sign-in mails; try again in an hour.")
     if not _mailed(request, emails.signin_email(address)):
         text = "The mail could not be sent just now; please try again in a few minutes."

@@ -167,7 +167,7 @@ def populate() -> dict[str, Any]:
                 )
             )
     TemplateChange.objects.bulk_create(changes, batch_size=2000)
-    from dashboard.reports import failing_pairs, rebuild
+    from dashboard.stored_reports import failing_pairs, rebuild
 
     pairs = []
     for version in versions:

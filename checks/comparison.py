@@ -1,4 +1,5 @@
-"""Compare request k with request k+1 of a session; say what breaks the prefix (CHECKS.md §1)."""
+"""Compare request k with request k+1 of a session; say what breaks the prefix
+(docs/engine.md)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from checks import findings, verdicts
+from checks import findings, policy
 from checks.attribution import Span, render_with_spans
 from checks.comparison import (
     PairInput,
@@ -33,6 +33,7 @@ from checks.conversations import (
     with_string_arguments,
     without_reasoning,
 )
+from checks.policy import PRIMARY_KWARGS
 from checks.rendering import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_NOW,
@@ -54,7 +55,6 @@ from checks.variants import (
     remember_resolved,
     thinking_kwargs,
 )
-from checks.verdicts import PRIMARY_KWARGS
 
 ENGINE_VERSION = "1.0.0"
 
@@ -386,9 +386,9 @@ def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
         template_name=variant.template_name,
         kwargs=variant.kwargs_dict,
         label=variant.label,
-        verdict=verdicts.variant_verdict(sessions),
+        verdict=policy.variant_verdict(sessions),
         sessions=sessions,
-        mean_reusable_share=verdicts.mean_share(sessions),
+        mean_reusable_share=policy.mean_share(sessions),
     )
 
 
@@ -497,7 +497,7 @@ def run_check(
         linked = findings.link_findings(drafts, variants)
     except Exception:  # noqa: BLE001 - findings are advisory; a strange AST must not cost the verdict
         linked = ()
-    verdict = verdicts.template_verdict(variants)
+    verdict = policy.template_verdict(variants)
     read = sorted({name for ast in asts.values() for name in kwargs_read(ast)})
     return TemplateReport(
         file=file,
@@ -505,12 +505,12 @@ def run_check(
         sha256=source.sha256,
         engine_version=ENGINE_VERSION,
         verdict=verdict,
-        summary=verdicts.summarize(verdict, variants) + _date_note(linked),
-        reason=verdicts.error_reason(variants) if verdict == ERROR else None,
+        summary=policy.summarize(verdict, variants) + _date_note(linked),
+        reason=policy.error_reason(variants) if verdict == ERROR else None,
         template_names=source.names,
         kwargs_read=tuple(read),
         variants=variants,
-        failures=verdicts.failure_rows(variants),
+        failures=policy.failure_rows(variants),
         findings=linked,
         seed_check=tuple(seed),
         tokenizer_sha256=tokenizer_sha,

@@ -18,7 +18,7 @@ SAFE_WHERE_RENDERABLE = "safe_where_renderable"
 ERROR = "error"
 VERDICTS = (SAFE, UNSAFE, SAFE_WHERE_RENDERABLE, ERROR)
 
-# Causes of a failing request pair (CHECKS.md §1), plus the token-only seam.
+# Causes of a failing request pair (docs/engine.md), plus the token-only seam.
 HISTORY = "history"
 GENERATION_PROMPT = "generation_prompt"
 ASSISTANT_OUTPUT = "assistant_output"

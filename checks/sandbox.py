@@ -149,6 +149,11 @@ class SandboxPool:
             self._idle.put(None)
         _live_pools.add(self)
 
+    @property
+    def usable(self) -> bool:
+        """Open, and owned by this process (a forked child must start a pool of its own)."""
+        return not self._closed and self._pid == os.getpid()
+
     def _spawn(self) -> _Worker:
         worker = _Worker(self.limits)
         try:
@@ -246,6 +251,6 @@ def default_pool() -> SandboxPool:
     global _default_pool
     with _default_lock:
         pool = _default_pool
-        if pool is None or pool._closed or pool._pid != os.getpid():
+        if pool is None or not pool.usable:
             _default_pool = pool = SandboxPool()
         return pool

@@ -39,7 +39,7 @@ from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .openapi import schema
 from .page_cache import cached_page
 from .probes import ProbeQueue, latest_probe
-from .reports import failing_pairs, rebuild
+from .stored_reports import failing_pairs, rebuild
 
 
 def _error(message: str, status: int, **extra: Any) -> JsonResponse:

@@ -9,7 +9,6 @@ version never changes, so neither do its renders.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from checks.comparison import common_prefix
 from checks.sandbox import SandboxError
 from registry.models import TemplateVersion
 
-from .reports import PairLocation
+from .stored_reports import PairLocation
 
 __all__ = ["PairDiff", "PairUnavailable", "RenderLine", "pair_diff"]
 
@@ -43,7 +42,7 @@ def _pool() -> SandboxPool:
     """One sandbox process per web process, started on the first diff it shows."""
     global _web_pool
     with _pool_lock:
-        if _web_pool is None or _web_pool._closed or _web_pool._pid != os.getpid():
+        if _web_pool is None or not _web_pool.usable:
             _web_pool = SandboxPool(size=1)
         return _web_pool
 

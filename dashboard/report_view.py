@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from checks.reports import TemplateReport
 from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
 
-from .reports import (
+from .stored_reports import (
     MatrixRow,
     PairLocation,
     culprit_lines,

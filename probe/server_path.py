@@ -1,6 +1,6 @@
 """Black-box probe: a real `mlx_lm.server` on 127.0.0.1, reuse read from `cached_tokens`.
 
-Traps avoided (see PROBE.md): readiness is `GET /health` (`/v1/models` fails offline); one
+Traps avoided (docs/probe.md): readiness is `GET /health` (`/v1/models` fails offline); one
 warm-up request first, shaped so that it shares no prefix with any chat prompt; no `seed` (it
 switches the server to its path without checkpoints); never a request whose tokens equal a
 stored key (it kills the batched server's generation thread); the server is always stopped.

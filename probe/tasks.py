@@ -11,6 +11,8 @@ from typing import Any
 
 from celery import current_app, shared_task
 
+from probe.runner import run_probe
+
 #: Real models at 32k tokens take long on the Mac; the broker's visibility timeout (3600 s) is
 #: above the hard limit so an unfinished probe is never handed to a second worker meanwhile.
 PROBE_SOFT_LIMIT = 3000
@@ -25,9 +27,6 @@ PROBE_HARD_LIMIT = 3300
 )
 def probe_model(run_id: int, job: dict[str, Any]) -> str:
     """On the Mac: measure, then hand the report to the main side. Touches no database."""
-    # mlx is installed on the Mac (and with the probe extra) only: imported where it runs.
-    from probe.runner import run_probe
-
     current_app.send_task("workers.probe_started", args=[run_id, socket.gethostname()])
     report = run_probe(job)
     current_app.send_task("workers.store_probe_report", args=[run_id, report])

@@ -30,11 +30,15 @@ from huggingface_hub.errors import (
     HfHubHTTPError,
     RepositoryNotFoundError,
 )
-from huggingface_hub.utils._datetime import parse_datetime
-from huggingface_hub.utils._headers import build_hf_headers
-from huggingface_hub.utils._http import parse_ratelimit_headers
 
-from . import ratelimit
+# Public (listed in huggingface_hub.utils.__all__, which is built lazily, so mypy cannot see it).
+from huggingface_hub.utils import (  # type: ignore[attr-defined]
+    build_hf_headers,
+    parse_datetime,
+    parse_ratelimit_headers,
+)
+
+from . import rate_limits
 from .repo_files import BrokenRepo
 
 logger = logging.getLogger(__name__)
@@ -145,7 +149,7 @@ class HubClient:
         endpoint: str | None = None,
         token: str | None = None,
         *,
-        bucket: ratelimit.Bucket | None = None,
+        bucket: rate_limits.Bucket | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         max_attempts: int | None = None,
@@ -154,13 +158,13 @@ class HubClient:
     ) -> None:
         self.endpoint = (endpoint or settings.HF_ENDPOINT).rstrip("/")
         self.token = token if token is not None else settings.HF_TOKEN
-        # False, not None: never send a token found on this machine (CHECKS.md §7).
+        # False, not None: huggingface_hub would otherwise send a token found on this machine.
         self._auth: str | bool = self.token or False
         self.api = HfApi(endpoint=self.endpoint, token=self._auth)
-        self.bucket = bucket or ratelimit.hub_bucket(self.token, clock)
+        self.bucket = bucket or rate_limits.hub_bucket(self.token, clock)
         self.sleep = sleep
-        self.max_attempts = max_attempts or int(ratelimit.config_value("HF_MAX_ATTEMPTS", "5"))
-        self.timeout = timeout or float(ratelimit.config_value("HF_TIMEOUT_SECONDS", "20"))
+        self.max_attempts = max_attempts or int(settings.HF_MAX_ATTEMPTS)
+        self.timeout = timeout or float(settings.HF_TIMEOUT_SECONDS)
         self.max_wait = max_wait
         self.requests = 0
 

@@ -14,10 +14,10 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import ratelimit
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
     HubModel,
@@ -52,15 +52,11 @@ WATCHED = frozenset(WATCHED_PATHS)
 Identity = tuple[str, tuple[tuple[str, str], ...]] | None
 
 
-def history_limit() -> int:
-    return int(ratelimit.config_value("REGISTRY_HISTORY_LIMIT", "50"))
-
-
 def size_cap(path: str) -> int:
     """Templates are a few KB; tokenizer_config.json can carry a large added-tokens table."""
     if path.endswith(".jinja"):
-        return int(ratelimit.config_value("REGISTRY_MAX_TEMPLATE_BYTES", str(1 << 20)))
-    return int(ratelimit.config_value("REGISTRY_MAX_JSON_BYTES", str(16 << 20)))
+        return int(settings.REGISTRY_MAX_TEMPLATE_BYTES)
+    return int(settings.REGISTRY_MAX_JSON_BYTES)
 
 
 @dataclass(frozen=True)
@@ -159,7 +155,7 @@ class RegistrySync:
 
     @property
     def limit(self) -> int:
-        return self._limit or history_limit()
+        return self._limit or int(settings.REGISTRY_HISTORY_LIMIT)
 
     # --- entry point -----------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import logging
 
 from django.http import HttpRequest
 
-from . import ratelimit
+from . import rate_limits
 from .models import HubModel, ModelStatus
 from .signals import sync_requested
 
@@ -38,8 +38,8 @@ def client_address(request: HttpRequest) -> str:
 
 def may_track(request: HttpRequest) -> bool:
     """False when this client address asked to track too many repos this hour."""
-    return ratelimit.allow(f"track:{client_address(request)}", TRACK_REQUESTS_PER_HOUR, 3600)
+    return rate_limits.allow(f"track:{client_address(request)}", TRACK_REQUESTS_PER_HOUR, 3600)
 
 
 def forget_track_requests(address: str) -> None:
-    ratelimit.forget(f"track:{address}", 3600)
+    rate_limits.forget(f"track:{address}", 3600)

@@ -158,9 +158,9 @@ def test_forms_without_a_csrf_token_are_refused(
 def test_subscribing_is_rate_limited(
     client: Client, own_cache: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from alerts import ratelimits
+    from alerts import throttles
 
-    monkeypatch.setitem(ratelimits.LIMITS, "subscribe", (3, 3600))
+    monkeypatch.setitem(throttles.LIMITS, "subscribe", (3, 3600))
     alice = make_user("alice")
     channel = make_channel(alice, target="https://hooks.example.com/a")
     client.force_login(alice)

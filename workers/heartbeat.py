@@ -17,6 +17,8 @@ from celery import current_app
 from celery.signals import worker_ready, worker_shutdown
 from django.db import DatabaseError, close_old_connections
 
+from probe.machine import describe_machine
+
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -35,12 +37,7 @@ def worker_info(queues: list[str]) -> dict[str, Any]:
         "machine": platform.machine(),
     }
     if "mlx" in queues:
-        try:
-            from probe.machine import describe_machine
-        except ImportError:
-            pass
-        else:
-            info.update(describe_machine())
+        info.update(describe_machine())
     return info
 
 

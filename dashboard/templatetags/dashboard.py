@@ -8,7 +8,8 @@ from django import template
 from django.urls import reverse
 
 from dashboard.catalog import CatalogQuery
-from dashboard.reports import PairLocation
+from dashboard.stored_reports import PairLocation
+from registry.models import Verdict
 
 register = template.Library()
 
@@ -39,8 +40,6 @@ def pair_url(sha256: str, location: PairLocation) -> str:
 
 @register.filter
 def verdict_label(value: str) -> str:
-    from registry.models import Verdict
-
     try:
         return str(Verdict(value).label)
     except ValueError:

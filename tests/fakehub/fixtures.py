@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from registry.ratelimit import reset_hub_bucket
+from registry.rate_limits import reset_hub_bucket
 
 from .corpus import build_corpus_hub
 from .server import FakeHub

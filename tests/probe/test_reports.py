@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from probe.reports import (
+from probe.measurements import (
     ConversationResult,
     Correctness,
     PairResult,
@@ -88,7 +88,7 @@ def test_report_is_json_with_schema_version() -> None:
 def test_main_side_imports_without_mlx() -> None:
     """The callback on the main side imports the runner and report types; mlx stays unloaded."""
     code = (
-        "import sys, probe.runner, probe.reports, probe.machine; "
+        "import sys, probe.runner, probe.measurements, probe.machine; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
     )
     root = Path(__file__).resolve().parents[2]

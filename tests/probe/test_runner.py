@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probe.reports import SCHEMA_VERSION
+from probe.measurements import SCHEMA_VERSION
 from probe.runner import run_probe
 from tests.probe.conftest import by_path, job, weather_conversation
 

@@ -10,7 +10,7 @@ import hashlib
 
 from django.http import HttpRequest
 
-from registry.ratelimit import allow
+from registry.rate_limits import allow
 
 #: action: (requests, window in seconds), for each key separately.
 LIMITS: dict[str, tuple[int, int]] = {

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from registry import ratelimit
+from registry import rate_limits
 from registry.hub import HubClient
 from registry.models import HubModel
 from registry.sync import RegistrySync
@@ -28,11 +28,11 @@ class FakeClock:
         return self.now
 
 
-def buckets(clock: FakeClock) -> list[ratelimit.Bucket]:
+def buckets(clock: FakeClock) -> list[rate_limits.Bucket]:
     name = uuid.uuid4().hex  # Redis is shared with other test runs: a bucket of our own
-    found: list[ratelimit.Bucket] = [ratelimit.CacheBucket(name, 1.0, 3.0, clock)]
+    found: list[rate_limits.Bucket] = [rate_limits.CacheBucket(name, 1.0, 3.0, clock)]
     if settings.REDIS_URL:
-        found.append(ratelimit.RedisBucket(name, 1.0, 3.0, settings.REDIS_URL, clock))
+        found.append(rate_limits.RedisBucket(name, 1.0, 3.0, settings.REDIS_URL, clock))
     return found
 
 
@@ -120,9 +120,9 @@ def test_sync_counts_every_request_through_the_bucket(fake_hub: FakeHub, hub_set
 
 def test_per_address_limit_counts_within_a_window() -> None:
     key = f"test:{uuid.uuid4().hex}"
-    assert [ratelimit.allow(key, 2, 60) for _ in range(3)] == [True, True, False]
+    assert [rate_limits.allow(key, 2, 60) for _ in range(3)] == [True, True, False]
 
 
 def test_credentials_are_never_stored_in_keys() -> None:
-    assert ratelimit.credential_key(None) == "anonymous"
-    assert "hf_secret" not in ratelimit.credential_key("hf_secret")
+    assert rate_limits.credential_key(None) == "anonymous"
+    assert "hf_secret" not in rate_limits.credential_key("hf_secret")

@@ -20,12 +20,6 @@ DEFAULT_PER_5MIN_TOKEN = 1000
 DEFAULT_PER_5MIN_ANONYMOUS = 500
 
 
-def config_value(name: str, default: str) -> str:
-    """A setting (parsed from the environment by the settings module), else `default`."""
-    value = getattr(settings, name, None)
-    return default if value is None else str(value)
-
-
 def credential_key(token: str | None) -> str:
     """Buckets are per credential; the key never contains the token itself."""
     if not token:
@@ -126,7 +120,7 @@ class CacheBucket:
 def hub_bucket(token: str | None, clock: Callable[[], float] = time.time) -> Bucket:
     """The bucket of this credential: Redis when configured, the database cache otherwise."""
     default = DEFAULT_PER_5MIN_TOKEN if token else DEFAULT_PER_5MIN_ANONYMOUS
-    per_5min = float(config_value("HF_REQUESTS_PER_5MIN", str(default)))
+    per_5min = float(settings.HF_REQUESTS_PER_5MIN or default)
     rate = per_5min / 300.0
     # Bursts of up to a tenth of the window: a sync of one repo needs a handful at once.
     capacity = max(1.0, min(100.0, per_5min / 10.0))
