@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from checks import SandboxLimits, SandboxPool
 from checks.sources import TemplateSource, load_source
+from tests.conftest import CORPUS_DIR, NO_CORPUS, corpus_available, require_corpus
 
 # A plain ChatML template: cache-safe in every session, the baseline many tests compare with.
 CHATML = (
@@ -19,12 +19,22 @@ CHATML = (
 )
 
 # The corpus lives beside the repository (../shared/corpus), never inside it.
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+CORPUS = CORPUS_DIR
 
 
 def corpus_entries() -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = json.loads((CORPUS / "index.json").read_text())
+    """Every corpus template's index entry (skips the calling test without the corpus)."""
+    entries: list[dict[str, Any]] = json.loads((require_corpus() / "index.json").read_text())
     return sorted(entries, key=lambda entry: entry["file"])
+
+
+def corpus_cases(step: int = 1) -> list[Any]:
+    """Parameters for a test over corpus templates; one skipped case where there is no corpus."""
+    if not corpus_available():
+        return [pytest.param(None, id="no-corpus", marks=pytest.mark.skip(reason=NO_CORPUS))]
+    entries: list[dict[str, Any]] = json.loads((CORPUS / "index.json").read_text())
+    entries = sorted(entries, key=lambda entry: entry["file"])[::step]
+    return [pytest.param(entry, id=entry["file"]) for entry in entries]
 
 
 def corpus_source(entry: dict[str, Any]) -> TemplateSource:

@@ -22,9 +22,7 @@ from checks.rendering import (
 )
 from checks.sources import TemplateSource
 from checks.variants import Variant
-from tests.checks.conftest import corpus_entries, corpus_source
-
-ENTRIES = corpus_entries()
+from tests.checks.conftest import corpus_cases, corpus_source
 
 
 class PinnedDatetime(datetime):
@@ -89,7 +87,7 @@ def test_transformers_signature_is_the_one_we_mirror() -> None:
     assert inspect.Parameter.VAR_KEYWORD in {p.kind for p in parameters.values()}
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"] for e in ENTRIES])
+@pytest.mark.parametrize("entry", corpus_cases())
 def test_every_engine_render_matches_transformers(entry: dict[str, Any]) -> None:
     source = corpus_source(entry)
     calls: list[RenderCall] = []
@@ -127,7 +125,7 @@ def test_strftime_now_uses_the_pinned_clock() -> None:
     assert environment.from_string("{{ strftime_now('%d %b %Y') }}").render() == "29 Feb 2024"
 
 
-@pytest.mark.parametrize("entry", ENTRIES[::5], ids=[e["file"] for e in ENTRIES[::5]])
+@pytest.mark.parametrize("entry", corpus_cases(step=5))
 def test_attribution_does_not_change_the_render(entry: dict[str, Any]) -> None:
     source = corpus_source(entry)
     templates = TemplateCache(CheckEnvironment())
