@@ -45,6 +45,10 @@ class _Worker:
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p
         )
         env["CHECKS_SANDBOX_MEMORY"] = str(limits.memory_bytes)
+        # The worker dies with this process (sandbox_worker.die_with_parent), even mid-render.
+        env["CHECKS_SANDBOX_PARENT"] = str(os.getpid())
+        main_thread = threading.current_thread() is threading.main_thread()
+        env["CHECKS_SANDBOX_MAIN_THREAD"] = "1" if main_thread else "0"
         # One thread each: fewer arenas under RLIMIT_AS, and the pool is the parallelism.
         env.update(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
         self.process = subprocess.Popen(

@@ -7,10 +7,14 @@ address space (RLIMIT_AS) and, per job, its CPU time (RLIMIT_CPU), compiles each
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
+import signal
 import sys
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
@@ -115,7 +119,40 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
             return
 
 
+#: How often the watchdog looks for its parent.
+PARENT_POLL_SECONDS = 0.1
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, kernel_signal: bool) -> None:
+    """Exit as soon as the process that started us is gone, even in the middle of a render.
+
+    The kernel's parent-death signal (Linux `PR_SET_PDEATHSIG`) fires when the *thread* that
+    spawned us ends, not the process, so it is asked for only when the pool spawned us from its
+    main thread. A watchdog thread covers every case and every OS: it polls our parent pid, and
+    the interpreter switches to it every few milliseconds even while a template loops.
+    """
+    if kernel_signal and sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still covers it
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(70)
+
+    if os.getppid() != parent_pid:
+        os._exit(70)  # the parent died while we started
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 def main() -> None:
+    parent = os.environ.get("CHECKS_SANDBOX_PARENT", "")
+    if parent.isdigit():
+        die_with_parent(int(parent), os.environ.get("CHECKS_SANDBOX_MAIN_THREAD") == "1")
     limit_memory(int(os.environ.get("CHECKS_SANDBOX_MEMORY", "0")))
     # Deep but bounded recursion: a runaway macro hits RecursionError, not a C stack overflow.
     sys.setrecursionlimit(3000)

@@ -73,6 +73,48 @@ def test_workers_exit_when_their_parent_dies_without_cleanup() -> None:
     assert not _alive(pid)
 
 
+@pytest.mark.parametrize("spawned_from", ["main thread", "worker thread"])
+def test_a_busy_worker_dies_with_its_parent_killed_by_sigkill(spawned_from: str) -> None:
+    """`kill -9` of a Celery pool process: its sandbox child, mid-render, must not live on."""
+    # Within the sandbox's range() cap (100,000), and minutes of rendering.
+    slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    slow += CHATML
+    script = f"""
+import threading, time, checks
+pool = checks.SandboxPool(size=1)
+if {spawned_from == "main thread"!r}:
+    checks.check_template({CHATML!r}, pool=pool, cache=None)  # the worker starts here
+threading.Thread(
+    target=lambda: checks.check_template({slow!r}, pool=pool, cache=None, wall_seconds=120),
+    daemon=True,
+).start()
+while not pool._workers:
+    time.sleep(0.01)
+time.sleep(0.5)  # the job is written and the render loops
+print(pool._workers[0].process.pid, flush=True)
+time.sleep(60)
+"""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline().strip())
+        assert _alive(child)
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the sandbox worker outlived its killed parent"
+    finally:
+        parent.kill()
+
+
 def test_a_forked_child_gets_its_own_workers() -> None:
     """Celery prefork forks after import: parent and child must not share worker pipes."""
     script = f"""
