@@ -90,9 +90,10 @@ def test_worker_process_killed_mid_check_is_rerun_without_duplicates(celery_work
     pipeline.dispatch_template_changes()
     run = CheckRun.objects.get()
 
-    lease = wait_for(
-        lambda: Lease.objects.filter(key=f"check:{run.pk}").first(), 60, "the check to start"
-    )
+    # Mid-check: the engine has started (logged after the lease is taken, so waiting for the
+    # lease alone could kill the process before the first run counts).
+    wait_for(lambda: engine_runs(worker.log(), run.pk) == 1, 60, "the check to start")
+    lease = Lease.objects.get(key=f"check:{run.pk}")
     os.kill(int(lease.holder.rsplit(":", 1)[1]), signal.SIGKILL)  # the pool process, mid-check
 
     wait_for(lambda: CheckRun.objects.get(pk=run.pk).status == CheckStatus.DONE, 90, "a rerun")
