@@ -1,8 +1,12 @@
 """How background work runs once: leases in the database, single-running locks in the shared
-cache, and the one way a task is enqueued (after commit; a broker outage only delays it).
+cache, and the one way a task is enqueued.
 
-Every task is sent through `enqueue_on_commit`: Celery's routing table (`workers.celery`) picks
-the queue from the task's name, so no call site names a queue.
+Every task is sent through `enqueue_on_commit`, which is a transactional outbox: the message is
+written as a row in the caller's transaction and sent after commit; the row is deleted once the
+broker took it. A broker outage (or a crash between commit and send) leaves the row, and
+`flush_outbox` sends it when the broker is back: nothing asked for is lost, and no caller sees a
+broker error. Celery's routing table (`workers.celery`) picks the queue from the task's name,
+so no call site names a queue.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
@@ -19,11 +23,16 @@ from typing import Any, Protocol
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from .models import Lease
+from .models import Lease, OutboxMessage
 
 logger = logging.getLogger(__name__)
+
+
+#: Rows flushed per beat run; older first.
+FLUSH_BATCH = 500
 
 
 class Sendable(Protocol):
@@ -32,16 +41,47 @@ class Sendable(Protocol):
     def delay(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id: int) -> None:
     try:
         task.delay(*args, **kwargs)
-    except Exception as exc:  # kombu raises many kinds; each task's beat sweep sends it again
-        logger.warning("could not enqueue %s%r (a sweep will): %s", task.name, args, exc)
+    except Exception as exc:  # kombu raises many kinds; the row stays for flush_outbox
+        logger.warning("could not enqueue %s%r (kept in the outbox): %s", task.name, args, exc)
+        _note_failure(outbox_id, exc)
+        return
+    OutboxMessage.objects.filter(pk=outbox_id).delete()
+
+
+def _note_failure(outbox_id: int, exc: Exception) -> None:
+    OutboxMessage.objects.filter(pk=outbox_id).update(
+        attempts=F("attempts") + 1, last_error=f"{type(exc).__name__}: {exc}"[:500]
+    )
 
 
 def enqueue_on_commit(task: Sendable, *args: Any, **kwargs: Any) -> None:
-    """Send `task(*args, **kwargs)` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(partial(_send, task, args, kwargs))
+    """Send `task(*args, **kwargs)` once the current transaction commits (at once outside one);
+    kept in the outbox until the broker takes it. Arguments must be JSON values."""
+    row = OutboxMessage.objects.create(task=task.name, args=list(args), kwargs=kwargs)
+    transaction.on_commit(partial(_send, task, args, kwargs, outbox_id=row.pk))
+
+
+def flush_outbox(
+    send: Callable[..., Any], *, limit: int = FLUSH_BATCH, older_than: float = 10.0
+) -> int:
+    """Send the rows the after-commit send did not get out (`send(name, args, kwargs)`, by
+    name: the row keeps only the name); return how many went. Stops at the first failure: the
+    broker is still down, the rest waits for the next run."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    sent = 0
+    for row in OutboxMessage.objects.filter(created_at__lt=cutoff).order_by("pk")[:limit]:
+        try:
+            send(row.task, args=row.args, kwargs=row.kwargs)
+        except Exception as exc:  # kombu raises many kinds
+            logger.warning("outbox: the broker still refuses %s: %s", row.task, exc)
+            _note_failure(row.pk, exc)
+            break
+        row.delete()
+        sent += 1
+    return sent
 
 
 def current_holder() -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
@@ -210,3 +210,10 @@ def probe_started(run_id: int, worker: str) -> None:
 def store_probe_report(self: Task[Any, Any], run_id: int, report: dict[str, Any]) -> str:
     run = store_report(run_id, report)
     return run.state if run else "gone"
+
+
+@shared_task(name="registry.flush_outbox", acks_late=True, soft_time_limit=60, time_limit=75)
+def flush_outbox(limit: int = jobs.FLUSH_BATCH) -> int:
+    """Beat: send what a broker outage kept in the outbox (by task name, routed as usual)."""
+    with single_running("registry.flush_outbox", ttl=120) as mine:
+        return jobs.flush_outbox(current_app.send_task, limit=limit) if mine else 0

@@ -23,6 +23,7 @@ from .catalog import (
 from .check_runs import CatalogVerdict, CheckRun, CheckStatus, ProbeStatus, Thinking, Tools
 from .events import EventKind, ModelEvent
 from .leases import Lease
+from .outbox import OutboxMessage
 from .probes import PROBE_SEVERITY, ProbeRun, ProbeRunQuerySet, ProbeState, ProbeVerdict
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Lease",
     "ModelEvent",
     "ModelStatus",
+    "OutboxMessage",
     "NamedTemplate",
     "ProbeRun",
     "ProbeRunQuerySet",

@@ -1,0 +1,110 @@
+"""Nothing asked for is lost to a broker outage: every enqueue goes through the outbox."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import Client
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from registry import jobs
+from registry.models import HubModel, OutboxMessage
+from registry.tasks import run_check, sync_repo
+from registry.tracking import track
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def broker_down(*args: Any, **kwargs: Any) -> None:
+    raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+def age_outbox() -> None:
+    """Rows younger than the flush's grace period belong to a send still under way."""
+    OutboxMessage.objects.update(created_at=timezone.now() - timedelta(minutes=1))
+
+
+def test_a_sent_message_leaves_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: sent.append(a))
+    with transaction.atomic():
+        model, _ = track("org/fine", via="api")
+        assert OutboxMessage.objects.count() == 1  # written with the change itself
+        assert sent == []  # nothing leaves before commit
+    assert sent == [(model.pk,)]
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_rolled_back_change_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: sent.append(a))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        track("org/undone", via="api")
+        raise RuntimeError
+    assert sent == [] and not OutboxMessage.objects.exists()
+
+
+def test_a_message_the_broker_refused_is_kept_and_sent_when_it_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sync_repo, "apply_async", broker_down)
+    model, _ = track("org/outage", via="api")  # must not raise
+    [row] = OutboxMessage.objects.all()
+    assert (row.task, row.args, row.attempts) == ("hub.sync_repo", [model.pk], 1)
+    assert "Connection refused" in row.last_error
+
+    still_down: list[str] = []
+
+    def refuse(name: str, **options: Any) -> None:
+        still_down.append(name)
+        broker_down()
+
+    age_outbox()
+    assert jobs.flush_outbox(refuse) == 0
+    assert still_down == ["hub.sync_repo"]  # one try per run while the broker is down
+    assert OutboxMessage.objects.get().attempts == 2
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    assert jobs.flush_outbox(lambda name, **options: sent.append((name, options))) == 1
+    assert sent == [("hub.sync_repo", {"args": [model.pk], "kwargs": {"force": False}})]
+    assert not OutboxMessage.objects.exists()
+
+
+def test_track_webhook_and_recheck_answer_without_error_while_the_broker_is_down(
+    client: Client, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from django.contrib.auth.models import User
+
+    from tests.dashboard_data import build_catalog
+
+    catalog = build_catalog()
+    monkeypatch.setattr(sync_repo, "apply_async", broker_down)
+    monkeypatch.setattr(run_check, "apply_async", broker_down)
+
+    tracked = client.post(
+        "/api/models", {"repo_id": "org/while-down"}, content_type="application/json"
+    )
+    assert tracked.status_code in (201, 202), tracked.content
+
+    settings.HF_WEBHOOK_SECRET = "s3cret"
+    hook = client.post(
+        "/hooks/hub",
+        {"event": {"action": "update", "scope": "repo.content"},
+         "repo": {"type": "model", "name": catalog.unsafe.repo_id}},
+        content_type="application/json",
+        headers={"X-Webhook-Secret": "s3cret"},
+    )  # fmt: skip
+    assert hook.status_code < 500, hook.content
+
+    User.objects.create_user("staff", password="pw", is_staff=True)
+    client.login(username="staff", password="pw")
+    recheck = client.post(f"/m/{catalog.unsafe.repo_id}/recheck")
+    assert recheck.status_code < 500
+
+    kept = set(OutboxMessage.objects.values_list("task", flat=True))
+    assert {"hub.sync_repo", "workers.run_check"} <= kept
+    assert HubModel.objects.filter(repo_id="org/while-down").exists()
