@@ -19,11 +19,13 @@ from django.utils import timezone
 
 from checks import ENGINE_VERSION, TemplateReport
 
+from .jobs import holder_is_dead
 from .models import (
     CheckRun,
     CheckStatus,
     EventKind,
     HubModel,
+    Lease,
     ModelEvent,
     NamedTemplate,
     TemplateChange,
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: A pending run whose message was lost (broker down, worker gone) is sent again after this.
 RESEND_PENDING_AFTER = timedelta(minutes=2)
+#: A running run with no live lease (its holder gone) is sent again once it started this long ago.
+RESEND_UNLEASED_AFTER = timedelta(seconds=30)
 
 
 def send_check(run_id: int) -> None:
@@ -194,9 +198,11 @@ def request_missing_checks(limit: int = 500) -> int:
 
 
 def resend_stalled_checks(limit: int = 500) -> int:
-    """Re-send pending runs whose message may be lost; leases make a duplicate harmless."""
-    cutoff = timezone.now() - RESEND_PENDING_AFTER
-    stalled = list(
+    """Re-send pending runs whose message may be lost and running ones whose worker is gone;
+    leases make a duplicate harmless."""
+    now = timezone.now()
+    cutoff = now - RESEND_PENDING_AFTER
+    stalled = set(
         CheckRun.objects.filter(
             Q(status=CheckStatus.PENDING, created_at__lt=cutoff)
             | Q(status=CheckStatus.RUNNING, started_at__lt=cutoff - RESEND_PENDING_AFTER)
@@ -204,10 +210,31 @@ def resend_stalled_checks(limit: int = 500) -> int:
         .order_by("pk")
         .values_list("pk", flat=True)[:limit]
     )
+    running = dict(
+        CheckRun.objects.filter(status=CheckStatus.RUNNING)
+        .exclude(pk__in=stalled)
+        .values_list("pk", "started_at")
+    )
+    leases = {
+        lease.key: lease
+        for lease in Lease.objects.filter(key__in=[f"check:{pk}" for pk in running])
+    }
+    for run_id, started_at in running.items():
+        lease = leases.get(f"check:{run_id}")
+        if lease is not None and lease.expires_at >= now:
+            # A killed worker never releases its lease: waiting for it to expire loses minutes.
+            orphaned = holder_is_dead(lease.holder)
+        else:
+            # No live lease: a retry between deliveries (lease released) looks the same for a
+            # while, so wait a little before sending a duplicate it does not need.
+            orphaned = started_at is None or started_at < now - RESEND_UNLEASED_AFTER
+        if orphaned:
+            stalled.add(run_id)
+    resend = sorted(stalled)[:limit]
     with transaction.atomic():
-        for run_id in stalled:
+        for run_id in resend:
             send_check(run_id)
-    return len(stalled)
+    return len(resend)
 
 
 def store_result(run_id: int, report: dict[str, Any]) -> list[int]:

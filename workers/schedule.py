@@ -19,15 +19,20 @@ class ScheduledJob:
     task: str
     every_seconds: int
     kwargs: dict[str, Any]
+    #: Intervals this job had by default before: a row still at one of them was never edited,
+    #: so it moves to the new default.
+    earlier_defaults: tuple[int, ...] = ()
 
 
 DEFAULT_SCHEDULE: list[ScheduledJob] = [
     ScheduledJob("Dispatch template changes", "workers.dispatch_template_changes", 30, {}),
+    # Also re-sends a check whose worker died: within a minute of the death (registry.pipeline).
     ScheduledJob(
         "Check what the engine has not checked",
         "workers.request_missing_checks",
-        120,
+        30,
         {},
+        earlier_defaults=(120,),
     ),
     ScheduledJob("Queue probes for the Mac worker", "workers.request_due_probes", 300, {}),
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", 86400, {}),
@@ -40,7 +45,8 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
 
 
 def ensure_default_schedule() -> int:
-    """Create the missing default periodic tasks; existing rows (maybe edited) are kept."""
+    """Create the missing default periodic tasks; existing rows (maybe edited in the admin) are
+    kept, except that a row still at an earlier default interval moves to the current one."""
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     created = 0
@@ -48,7 +54,7 @@ def ensure_default_schedule() -> int:
         interval, _ = IntervalSchedule.objects.get_or_create(
             every=job.every_seconds, period=IntervalSchedule.SECONDS
         )
-        _, was_created = PeriodicTask.objects.get_or_create(
+        task, was_created = PeriodicTask.objects.get_or_create(
             name=job.name,
             defaults={
                 "task": job.task,
@@ -57,6 +63,12 @@ def ensure_default_schedule() -> int:
             },
         )
         created += was_created
+        if not was_created and job.earlier_defaults:
+            PeriodicTask.objects.filter(
+                pk=task.pk,
+                interval__period=IntervalSchedule.SECONDS,
+                interval__every__in=job.earlier_defaults,
+            ).update(interval=interval)
     return created
 
 

@@ -1,0 +1,156 @@
+"""`make run` keeps the site up: a killed worker or beat is restarted, Ctrl-C still stops all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cachesafe.management.commands.serve import STOP_GRACE_SECONDS
+from tests.conftest import REPO_ROOT, free_port
+
+pytestmark = pytest.mark.worker
+
+T = TypeVar("T")
+#: A running `manage.py serve`: the process, its base URL and the file it logs to.
+Served = tuple[subprocess.Popen[bytes], str, Path]
+
+
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def status_of(url: str) -> int | None:
+    """The HTTP status of GET `url`, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def processes() -> dict[int, tuple[int, list[str]]]:
+    """Every live process: pid -> (parent pid, argv). Zombies are dead and left out."""
+    table: dict[int, tuple[int, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # exited while we looked
+        # The command name in parentheses may hold spaces; the fields after it do not.
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if state not in {"Z", "X"}:
+            table[int(entry.name)] = (int(ppid), [arg.decode(errors="replace") for arg in argv])
+    return table
+
+
+def descendants(root: int) -> set[int]:
+    table = processes()
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def child_running(serve: int, role: str) -> int | None:
+    """The pid of serve's child running `celery ... <role>` (worker or beat), if there is one."""
+    for pid, (ppid, argv) in processes().items():
+        if ppid == serve and "celery" in argv and role in argv:
+            return pid
+    return None
+
+
+@pytest.fixture
+def serve(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    """`manage.py serve` with the embedded defaults, answering on a free port."""
+    port = free_port()
+    embedded_env.update(PORT=str(port), HOST="127.0.0.1")
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        # A file, not a pipe: nobody reads a pipe while the test runs, and a full one blocks.
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "serve"],
+            cwd=REPO_ROOT,
+            env=embedded_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    seen: set[int] = set()
+    try:
+        wait_for(lambda: status_of(f"{base}/") == 200, 90, f"the site: {log_path.read_text()}")
+        yield proc, base, log_path
+    finally:
+        if proc.poll() is None:
+            seen = descendants(proc.pid)
+            proc.kill()
+            proc.wait()
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def kill_and_see_restarted(
+    proc: subprocess.Popen[bytes], base: str, log_path: Path, role: str
+) -> None:
+    """SIGKILL serve's `role` child: the site keeps answering and a new one appears within 1 s."""
+    old = wait_for(lambda: child_running(proc.pid, role), 30, f"the {role}")
+    old_group = descendants(old)
+    os.kill(old, signal.SIGKILL)
+    killed_at = time.monotonic()
+    answers: list[int | None] = []
+    new: int | None = None
+    # Watch the site for a few seconds whatever happens: it must not blink.
+    while time.monotonic() - killed_at < 4 or new is None:
+        assert time.monotonic() - killed_at < 15, f"no new {role}: {log_path.read_text()[-3000:]}"
+        answers.append(status_of(f"{base}/"))
+        new = new or child_running(proc.pid, role)
+        time.sleep(0.3)
+    assert new != old
+    assert set(answers) == {200}, answers
+    assert len(answers) >= 5
+    log = log_path.read_text()
+    assert re.search(rf"serve: {role} \(pid {old}\) was killed by SIGKILL; restarting in 1 s", log)
+    assert f"serve: {role} restarted (pid {new})" in log
+    # The dead leader's pool processes went with it.
+    assert not old_group & set(processes())
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_worker_or_beat_is_restarted_and_the_site_stays_up(
+    serve: Served,
+) -> None:
+    proc, base, log_path = serve
+    kill_and_see_restarted(proc, base, log_path, "worker")
+    kill_and_see_restarted(proc, base, log_path, "beat")
+
+    running = descendants(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=STOP_GRACE_SECONDS + 5) == 0
+    assert not running & set(processes()), "a child of serve outlived it"
+    assert status_of(f"{base}/") is None
