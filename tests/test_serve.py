@@ -154,3 +154,21 @@ def test_a_killed_worker_or_beat_is_restarted_and_the_site_stays_up(
     assert proc.wait(timeout=STOP_GRACE_SECONDS + 5) == 0
     assert not running & set(processes()), "a child of serve outlived it"
     assert status_of(f"{base}/") is None
+
+
+@pytest.mark.timeout(240)
+def test_serve_killed_outright_takes_its_children_along(serve: Served) -> None:
+    """`kill -9` of serve itself (no Ctrl-C reaches children in groups of their own)."""
+    proc, base, _ = serve
+    wait_for(lambda: child_running(proc.pid, "worker"), 30, "the worker")
+    running = descendants(proc.pid)
+    assert running
+    proc.kill()
+    proc.wait()
+    left = wait_for(
+        lambda: not (running & set(processes())) or None,
+        STOP_GRACE_SECONDS + 20,
+        "serve's children to stop",
+    )
+    assert left
+    assert status_of(f"{base}/") is None

@@ -4,6 +4,7 @@ restarting any of them that dies until Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from django.db import OperationalError, connection
 from cachesafe.environment import ConfigError, Env
 
 STOP_GRACE_SECONDS = 10.0
+PR_SET_PDEATHSIG = 1
 #: A dead child is restarted after 1 s, 2 s, 4 s ... at most 30 s; a minute up resets the delay.
 RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
@@ -126,6 +128,13 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def _stop_with_parent() -> None:
+    """In the child, before exec: SIGTERM when serve dies (Linux; elsewhere a no-op)."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 class Child:
     """One command in its own process group, restarted with exponential backoff when it dies."""
 
@@ -138,8 +147,11 @@ class Child:
         self.restart_at: float | None = None
 
     def start(self) -> None:
-        # Its own group, so one killpg reaches the pool processes of a worker or gunicorn too.
-        self.proc = subprocess.Popen(self.command, start_new_session=True)
+        # Its own group, so one killpg reaches the pool processes of a worker or gunicorn too;
+        # and told to stop if serve itself is killed (no Ctrl-C reaches a group of its own).
+        self.proc = subprocess.Popen(
+            self.command, start_new_session=True, preexec_fn=_stop_with_parent
+        )
         self.started_at = time.monotonic()
         self.restart_at = None
 
