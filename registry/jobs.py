@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -33,19 +34,30 @@ logger = logging.getLogger(__name__)
 
 #: Rows flushed per beat run; older first.
 FLUSH_BATCH = 500
+#: After a send failed, this process leaves new messages in the outbox for this long without
+#: trying the broker: a refused connection still costs seconds, and only the first request of
+#: an outage should pay them.
+BROKER_BACKOFF_SECONDS = 30.0
+_broker_down_until = 0.0
 
 
 class Sendable(Protocol):
     name: str
 
-    def delay(self, *args: Any, **kwargs: Any) -> Any: ...
+    def apply_async(self, args: Any = ..., kwargs: Any = ..., **options: Any) -> Any: ...
 
 
 def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id: int) -> None:
+    global _broker_down_until
+    if time.monotonic() < _broker_down_until:
+        return  # the broker failed a moment ago: flush_outbox sends this one
     try:
-        task.delay(*args, **kwargs)
+        # One attempt: the outbox is the retry, and a request must not wait out kombu's
+        # publish retries while the broker is down.
+        task.apply_async(args, kwargs, retry=False)
     except Exception as exc:  # kombu raises many kinds; the row stays for flush_outbox
         logger.warning("could not enqueue %s%r (kept in the outbox): %s", task.name, args, exc)
+        _broker_down_until = time.monotonic() + BROKER_BACKOFF_SECONDS
         _note_failure(outbox_id, exc)
         return
     OutboxMessage.objects.filter(pk=outbox_id).delete()

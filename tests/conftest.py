@@ -41,6 +41,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.fixture(autouse=True)
+def broker_not_known_down() -> Iterator[None]:
+    """A test that fails a send makes this process skip the broker for a while: not the next."""
+    from registry import jobs
+
+    jobs._broker_down_until = 0.0
+    yield
+    jobs._broker_down_until = 0.0
+
+
 @pytest.fixture
 def corpus_dir() -> Path:
     return require_corpus()

@@ -29,6 +29,10 @@ class TcpProxy:
         """Refuse new connections and cut every open one."""
         with self._lock:
             if self._listener is not None:
+                # shutdown() wakes the thread blocked in accept(); close() alone leaves the port
+                # listening until a client happens to connect, and a restart could not bind it.
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for conn in self._conns:

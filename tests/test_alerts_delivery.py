@@ -262,7 +262,9 @@ def test_a_new_event_enqueues_its_claim_after_commit(
     from alerts import tasks as notify
 
     claimed: list[int] = []
-    monkeypatch.setattr(notify.claim_event, "delay", claimed.append)
+    monkeypatch.setattr(
+        notify.claim_event, "apply_async", lambda args, kwargs, **o: claimed.append(*args)
+    )
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         event = make_event(make_model("org/m"))
         assert claimed == []  # nothing leaves before the event is committed
@@ -277,7 +279,9 @@ def test_the_sweeper_resends_lost_sends_but_not_those_waiting_for_a_retry(
     from alerts import tasks as notify
 
     resent: list[int] = []
-    monkeypatch.setattr(notify.send_delivery, "delay", resent.append)
+    monkeypatch.setattr(
+        notify.send_delivery, "apply_async", lambda args, kwargs, **o: resent.append(*args)
+    )
     alice = make_user("alice")
     channel = make_channel(alice, target="https://a.example/x")
     long_ago = timezone.now() - timedelta(minutes=10)

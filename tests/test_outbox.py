@@ -30,7 +30,7 @@ def age_outbox() -> None:
 
 def test_a_sent_message_leaves_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: sent.append(a))
+    monkeypatch.setattr(sync_repo, "apply_async", lambda args, kwargs, **o: sent.append(args))
     with transaction.atomic():
         model, _ = track("org/fine", via="api")
         assert OutboxMessage.objects.count() == 1  # written with the change itself
@@ -41,7 +41,7 @@ def test_a_sent_message_leaves_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_rolled_back_change_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: sent.append(a))
+    monkeypatch.setattr(sync_repo, "apply_async", lambda args, kwargs, **o: sent.append(args))
     with pytest.raises(RuntimeError), transaction.atomic():
         track("org/undone", via="api")
         raise RuntimeError
@@ -62,6 +62,13 @@ def test_a_message_the_broker_refused_is_kept_and_sent_when_it_is_back(
     def refuse(name: str, **options: Any) -> None:
         still_down.append(name)
         broker_down()
+
+    # Meanwhile this process does not try the broker again for each new message.
+    tries: list[Any] = []
+    monkeypatch.setattr(sync_repo, "apply_async", lambda *a, **k: tries.append(a))
+    track("org/outage-too", via="api")
+    assert tries == [] and OutboxMessage.objects.count() == 2
+    OutboxMessage.objects.exclude(pk=row.pk).delete()
 
     age_outbox()
     assert jobs.flush_outbox(refuse) == 0
@@ -108,3 +115,51 @@ def test_track_webhook_and_recheck_answer_without_error_while_the_broker_is_down
     kept = set(OutboxMessage.objects.values_list("task", flat=True))
     assert {"hub.sync_repo", "workers.run_check"} <= kept
     assert HubModel.objects.filter(repo_id="org/while-down").exists()
+
+
+@pytest.fixture
+def cut_broker(settings: Any) -> Any:
+    """The web process's own connection to the broker goes through a proxy the test can cut."""
+    from tests.tcpproxy import TcpProxy
+    from workers.celery import app
+
+    if not settings.REDIS_URL:
+        pytest.skip("cuts the Redis broker")
+    host_port, db = settings.REDIS_URL.split("//", 1)[1].rsplit("/", 1)
+    proxy = TcpProxy("127.0.0.1", int(host_port.rsplit(":", 1)[1])).start()
+    original = app.conf.broker_url
+
+    def use(url: str) -> None:
+        app.conf.broker_url = url
+        # The next send connects anew, to `url` (kombu keeps each URL's pool for later).
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    use(f"redis://127.0.0.1:{proxy.port}/{db}")
+    yield proxy
+    proxy.stop()
+    use(original)
+
+
+def test_a_real_broker_cut_keeps_the_track_request_and_sends_it_after(
+    client: Client, cut_broker: Any
+) -> None:
+    import redis
+    from django.conf import settings
+
+    from workers.celery import app
+
+    queue = redis.Redis.from_url(settings.REDIS_URL)
+    queue.delete("hub")
+    cut_broker.stop()
+    response = client.post("/api/models", {"repo_id": "org/cut"}, content_type="application/json")
+    assert response.status_code in (201, 202), response.content
+    assert list(OutboxMessage.objects.values_list("task", flat=True)) == ["hub.sync_repo"]
+    assert queue.llen("hub") == 0
+
+    cut_broker.start()  # the same port: the broker is back
+    age_outbox()
+    assert jobs.flush_outbox(app.send_task) == 1
+    assert queue.llen("hub") == 1  # routed by name to the hub queue
+    assert not OutboxMessage.objects.exists()
+    queue.delete("hub")

@@ -387,7 +387,9 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     from registry.tasks import sync_repo
 
     calls: dict[str, list[Any]] = {"sync": [], "check": [], "probe": []}
-    monkeypatch.setattr(sync_repo, "delay", lambda *a, **k: calls["sync"].append((a, k)))
+    monkeypatch.setattr(
+        sync_repo, "apply_async", lambda args, kwargs, **o: calls["sync"].append((args, kwargs))
+    )
     monkeypatch.setattr(pipeline, "send_check", lambda run_id: calls["check"].append(run_id))
     monkeypatch.setattr(probe_model, "apply_async", lambda *a, **k: calls["probe"].append((a, k)))
     return calls
