@@ -1,58 +1,125 @@
-"""The JSON API, all of it: one view per route in dashboard/urls.py.
+"""The JSON API, all of it, declared once with django-ninja: the schemas in api_schemas.py
+validate what comes in and make `/api/openapi.json`; api_errors.py gives every error one shape.
 
 `GET /api/models`: search and list (the catalog's query parameters).
-`POST /api/models`: track a repo by id (CSRF-exempt JSON, rate-limited per client address).
-`GET /api/models/<org>/<name>`: one model (registry.api.model_json), its check and latest probe.
-`GET /api/templates/<sha256>`, `GET /api/checks/<sha256>`, `GET /api/probes`.
-`GET /api/openapi.json`: the hand-written schema (openapi.py).
+`POST /api/models`: track a repo by id (JSON only, rate-limited per client address).
+`GET /api/models/{org}/{name}`: one model (registry.api.model_json), its check and latest probe.
+`GET /api/templates/{sha256}`, `GET /api/checks/{sha256}`, `GET /api/probes`.
+`GET /api/openapi.json`: the schema, generated; `GET /api/docs`: the same, for people.
 `POST /hooks/hub`: a Hub webhook; syncs the repo it names (registry.webhooks).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404
-from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.urls import URLPattern, path, reverse
+from ninja import NinjaAPI, Query
+from ninja.decorators import decorate_view
+from ninja.openapi.docs import Swagger
+from ninja.openapi.schema import OpenAPISchema
+from ninja.params import P, PathEx
+from ninja.responses import Status
+from ninja.security import APIKeyHeader
+from ninja.throttling import BaseThrottle
+from ninja.types import DictStrAny
 
 from checks.digest import variant_key
 from registry import tracking, webhooks
 from registry.api import model_json
-from registry.models import (
-    CheckRun,
-    CheckStatus,
-    HubModel,
-    ProbeRun,
-    TemplateVersion,
-    validate_repo_id,
-)
+from registry.models import CheckRun, CheckStatus, HubModel, ProbeRun, TemplateVersion
 from registry.verdicts import latest_check
 from workers.health import cached_status
 
+from . import api_schemas as s
+from .api_errors import ApiError, JsonParser, json_body, json_errors, response_for
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
-from .openapi import schema
 from .page_cache import cached_page
 from .probes import ProbeQueue, latest_probe
 from .stored_reports import failing_pairs, rebuild
 
+#: Largest body accepted by `POST /api/models` (a repo id needs a few hundred bytes).
+TRACK_BODY_BYTES = 64 * 1024
+#: Largest Hub webhook payload accepted (the Hub's are a few KiB).
+HOOK_BODY_BYTES = 1024 * 1024
+#: What a client is told to wait after its hourly track allowance is spent.
+TRACK_RETRY_AFTER = 3600
 
-def _error(message: str, status: int, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": message, **extra}, status=status)
+ERRORS = s.ErrorResponse
 
 
-def _body(request: HttpRequest) -> dict[str, Any] | None:
-    """The request's JSON object, or None when the body is not one."""
-    try:
-        payload = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
+def retry_after(*codes: int) -> dict[str, Any]:
+    """The Retry-After header of these answers, described for clients and schema checkers."""
+    header = {"description": "Seconds to wait", "required": True, "schema": {"type": "integer"}}
+    return {"responses": {code: {"headers": {"Retry-After": header}} for code in codes}}
+
+
+class CacheSafeAPI(NinjaAPI):
+    """Operations are declared with their whole paths (the API and the Hub hook share one
+    root), and answers are plain `application/json`, as before ninja."""
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: DictStrAny | None = None
+    ) -> OpenAPISchema:
+        return super().get_openapi_schema(path_prefix="", path_params=path_params)
+
+    def get_content_type(self) -> str:
+        return "application/json"
+
+    def set_default_exception_handlers(self) -> None:
+        # One handler instead of ninja's several ({"detail": …}, a traceback under DEBUG).
+        self.add_exception_handler(Exception, _on_exception)
+
+
+def _on_exception(request: HttpRequest, exc: Exception | type[Exception]) -> HttpResponse:
+    return response_for(exc if isinstance(exc, BaseException) else exc())
+
+
+class LocalSwagger(Swagger):
+    """Swagger UI from ninja's bundled static files (ninja is in INSTALLED_APPS for that), never
+    a CDN, and without its online validator badge, which would call out to swagger.io."""
+
+    def get_openapi_url(self, api: NinjaAPI, path_params: DictStrAny) -> str:
+        return reverse("dashboard:openapi")
+
+
+api = CacheSafeAPI(
+    title="CacheSafe API",
+    version="1",
+    description="Which Hugging Face chat templates keep a prompt cache warm.",
+    urls_namespace="dashboard",
+    # Served by the `openapi` and `docs` operations below, as part of the API.
+    openapi_url=None,
+    docs=LocalSwagger(settings={"validatorUrl": None}),
+    parser=JsonParser(),
+)
+
+
+class WebhookSecret(APIKeyHeader):
+    """`X-Webhook-Secret`, compared in constant time (registry.webhooks.secret_matches)."""
+
+    param_name = "X-Webhook-Secret"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> bool:
+        if not webhooks.secret_matches(key or ""):
+            raise ApiError(403, "bad or missing X-Webhook-Secret")
+        return True
+
+
+class TrackAllowance(BaseThrottle):
+    """The per-address hourly allowance the track form and the API share (registry.tracking)."""
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        return tracking.may_track(request)
+
+    def wait(self) -> float:
+        return TRACK_RETRY_AFTER
+
+
+def _absolute(request: HttpRequest, url: str) -> str:
+    return request.build_absolute_uri(url)
 
 
 def _model_url(repo_id: str) -> str:
@@ -60,8 +127,8 @@ def _model_url(repo_id: str) -> str:
     return reverse("dashboard:model", args=[org, name])
 
 
-def _absolute(request: HttpRequest, path: str) -> str:
-    return request.build_absolute_uri(path)
+def _when(moment: Any) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
@@ -80,60 +147,9 @@ def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
         "probe": catalog.probe if catalog else "none",
         "is_hybrid": model.is_hybrid,
         "downloads": model.downloads,
-        "last_template_change_at": (
-            model.last_template_change_at.isoformat() if model.last_template_change_at else None
-        ),
+        "last_template_change_at": _when(model.last_template_change_at),
         "url": _absolute(request, _model_url(model.repo_id)),
     }
-
-
-@csrf_exempt
-def models(request: HttpRequest) -> HttpResponse:
-    """`/api/models`: POST tracks a repo, anything else is the search (which allows only GET)."""
-    if request.method == "POST":
-        return track_repo(request)
-    return models_list(request)
-
-
-@require_GET
-@cached_page
-def models_list(request: HttpRequest) -> JsonResponse:
-    """Search and list: the catalog's query parameters, as JSON."""
-    query = CatalogQuery.from_params(request.GET)
-    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
-    path = reverse("dashboard:api_models")
-
-    def link(number: int) -> str:
-        return _absolute(request, path + query.url(page=str(number)))
-
-    return JsonResponse(
-        {
-            "count": page.paginator.count,
-            "page": page.number,
-            "pages": page.paginator.num_pages,
-            "next": link(page.next_page_number()) if page.has_next() else None,
-            "previous": link(page.previous_page_number()) if page.has_previous() else None,
-            "results": [model_row(request, model) for model in page],
-        }
-    )
-
-
-def track_repo(request: HttpRequest) -> JsonResponse:
-    if not tracking.may_track(request):
-        response = _error("too many track requests from this address; try again later", 429)
-        response["Retry-After"] = "3600"
-        return response
-    payload = _body(request)
-    if payload is None or not isinstance(payload.get("repo_id"), str):
-        return _error('expected a JSON body {"repo_id": "owner/name"}', 400)
-    try:
-        repo_id = validate_repo_id(payload["repo_id"])
-    except ValidationError as err:
-        return _error(err.messages[0], 400)
-    model, created = tracking.track(repo_id, via="api")
-    response = JsonResponse(model_json(model), status=201 if created else 200)
-    response["Location"] = f"/api/models/{model.repo_id}"
-    return response
 
 
 def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun) -> dict[str, Any]:
@@ -146,7 +162,7 @@ def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun)
         "progress": run.progress,
         "verdict": run.verdict,
         "summary": run.summary,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "finished_at": _when(run.finished_at),
         "variants": [],
         "failures": [],
         "findings": [],
@@ -196,70 +212,6 @@ def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun)
     return data
 
 
-@require_GET
-@cached_page
-def template_detail(request: HttpRequest, sha256: str) -> JsonResponse:
-    version = get_object_or_404(TemplateVersion, sha256=sha256)
-    run = latest_check(version)
-    users = [model.repo_id for model in models_using(version, limit=500)]
-    return JsonResponse(
-        {
-            "sha256": version.sha256,
-            "size": version.size,
-            "first_seen": version.first_seen.isoformat(),
-            "text": version.text,
-            "url": _absolute(request, reverse("dashboard:template", args=[version.sha256])),
-            "check": check_payload(request, version, run) if run else None,
-            "models": [
-                {"repo_id": repo_id, "url": _absolute(request, _model_url(repo_id))}
-                for repo_id in users
-            ],
-        }
-    )
-
-
-@require_GET
-@cached_page
-def check_detail(request: HttpRequest, sha256: str) -> JsonResponse:
-    """The newest check of a template version, with every failing pair."""
-    version = get_object_or_404(TemplateVersion.objects.defer("text"), sha256=sha256)
-    run = latest_check(version)
-    if run is None:
-        return JsonResponse({"error": "this template has not been checked yet"}, status=404)
-    return JsonResponse(check_payload(request, version, run))
-
-
-@require_GET
-def model_detail(request: HttpRequest, org: str, name: str) -> JsonResponse:
-    """The registry's fields, then the current check with variants and failures, the
-    per-variant verdicts, and the latest probe (null if never probed)."""
-    repo_id = f"{org}/{name}"
-    model = (
-        HubModel.objects.filter(repo_id=repo_id).first()
-        or HubModel.objects.filter(repo_id__iexact=repo_id).first()
-    )
-    if model is None:
-        return _error(f"{repo_id} is not tracked", 404, repo_id=repo_id)
-    snapshot = model.current_snapshot
-    check = latest_check(snapshot.default_template) if snapshot else None
-    catalog = getattr(model, "catalog_verdict", None)
-    return JsonResponse(
-        model_json(model)
-        | {
-            "variants": catalog.variants if catalog else [],
-            "check": check_payload(request, snapshot.default_template, check)
-            if snapshot and check
-            else None,
-            "probe": probe_payload(request, run) if (run := latest_probe(model)) else None,
-            "page_url": _absolute(request, _model_url(model.repo_id)),
-        }
-    )
-
-
-def _when(moment: Any) -> str | None:
-    return moment.isoformat() if moment else None
-
-
 def probe_payload(request: HttpRequest, run: ProbeRun) -> dict[str, Any]:
     """A probe run without its report: state, verdict, machine, times, the model's page."""
     return {
@@ -280,42 +232,232 @@ def probe_payload(request: HttpRequest, run: ProbeRun) -> dict[str, Any]:
     }
 
 
-@require_GET
-def probe_queue(request: HttpRequest) -> JsonResponse:
-    """The probe queue page as JSON: waiting probes in order, recent ones, the Mac worker."""
+def model_detail_payload(request: HttpRequest, model: HubModel) -> dict[str, Any]:
+    """The registry's fields, then the current check with variants and failures, the
+    per-variant verdicts, and the latest probe (null if never probed)."""
+    snapshot = model.current_snapshot
+    check = latest_check(snapshot.default_template) if snapshot else None
+    catalog = getattr(model, "catalog_verdict", None)
+    run = latest_probe(model)
+    return model_json(model) | {
+        "variants": catalog.variants if catalog else [],
+        "check": check_payload(request, snapshot.default_template, check)
+        if snapshot and check
+        else None,
+        "probe": probe_payload(request, run) if run else None,
+        "page_url": _absolute(request, _model_url(model.repo_id)),
+    }
+
+
+def template_payload(request: HttpRequest, version: TemplateVersion) -> dict[str, Any]:
+    run = latest_check(version)
+    users = [model.repo_id for model in models_using(version, limit=500)]
+    return {
+        "sha256": version.sha256,
+        "size": version.size,
+        "first_seen": version.first_seen.isoformat(),
+        "text": version.text,
+        "url": _absolute(request, reverse("dashboard:template", args=[version.sha256])),
+        "check": check_payload(request, version, run) if run else None,
+        "models": [
+            {"repo_id": repo_id, "url": _absolute(request, _model_url(repo_id))}
+            for repo_id in users
+        ],
+    }
+
+
+def probe_queue_payload(request: HttpRequest) -> dict[str, Any]:
     queue = ProbeQueue.load()
     worker = cached_status().probe_worker
-    return JsonResponse(
-        {
-            "worker": {"online": worker.ok, "detail": worker.detail, "since": _when(worker.since)},
-            "queue_size": len(queue.waiting),
-            "waiting": [
-                probe_payload(request, q.run) | {"position": q.position} for q in queue.waiting
-            ],
-            "recent": [
-                probe_payload(request, f.run)
-                | {"seconds": f.duration.total_seconds() if f.duration else None}
-                for f in queue.recent
-            ],
-        }
+    return {
+        "worker": {"online": worker.ok, "detail": worker.detail, "since": _when(worker.since)},
+        "queue_size": len(queue.waiting),
+        "waiting": [
+            probe_payload(request, q.run) | {"position": q.position} for q in queue.waiting
+        ],
+        "recent": [
+            probe_payload(request, f.run)
+            | {"seconds": f.duration.total_seconds() if f.duration else None}
+            for f in queue.recent
+        ],
+    }
+
+
+def model_list_payload(request: HttpRequest, query: CatalogQuery) -> dict[str, Any]:
+    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
+    base = reverse("dashboard:api_models")
+
+    def link(number: int) -> str:
+        return _absolute(request, base + query.url(page=str(number)))
+
+    return {
+        "count": page.paginator.count,
+        "page": page.number,
+        "pages": page.paginator.num_pages,
+        "next": link(page.next_page_number()) if page.has_next() else None,
+        "previous": link(page.previous_page_number()) if page.has_previous() else None,
+        "results": [model_row(request, model) for model in page],
+    }
+
+
+def catalog_query(filters: s.CatalogFilters) -> CatalogQuery:
+    """The validated parameters as the catalog reads them (one parser for the page and API)."""
+    params = QueryDict(mutable=True)
+    params.update({k: str(v) for k, v in filters.model_dump(exclude_none=True).items()})
+    return CatalogQuery.from_params(params)
+
+
+def tracked(repo_id: str) -> HubModel:
+    """The tracked model `repo_id` (exact, else case-insensitive), or a 404."""
+    model = (
+        HubModel.objects.filter(repo_id=repo_id).first()
+        or HubModel.objects.filter(repo_id__iexact=repo_id).first()
     )
+    if model is None:
+        raise ApiError(404, f"{repo_id} is not tracked")
+    return model
 
 
-@require_GET
-def openapi(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(schema(_absolute(request, "/")))
+def template_version(sha256: str, *, text: bool = True) -> TemplateVersion:
+    versions = TemplateVersion.objects.all() if text else TemplateVersion.objects.defer("text")
+    version = versions.filter(sha256=sha256).first()
+    if version is None:
+        raise ApiError(404, f"no template version {sha256}")
+    return version
 
 
-@csrf_exempt
-@require_POST
-def hub_webhook(request: HttpRequest) -> JsonResponse:
-    """A Hub webhook: verify its secret, then sync the model repo it is about."""
-    if not webhooks.secret_matches(request.headers.get("X-Webhook-Secret", "")):
-        return _error("bad or missing X-Webhook-Secret", 403)
-    try:
-        outcome = webhooks.handle(_body(request) or {})
-    except ValidationError as err:
-        return _error(err.messages[0], 400)
-    if outcome.ignored is not None:
-        return JsonResponse({"ignored": outcome.ignored}, status=202)
-    return JsonResponse({"queued": outcome.queued}, status=202)
+# The operations. Each documents the errors it can answer; every error is an ErrorResponse.
+Sha256 = PathEx[str, P(pattern="^[0-9a-f]{64}$", description="SHA-256 of the template text")]
+Org = PathEx[s.RepoPart, P(description="Owner on the Hub")]
+Name = PathEx[s.RepoPart, P(description="Repository name on the Hub")]
+
+
+@api.get(
+    "/api/models",
+    response={200: s.ModelList, frozenset({400, 503}): ERRORS},
+    url_name="api_models",
+    operation_id="listModels",
+    summary="Search and list tracked models",
+    openapi_extra=retry_after(503),
+)
+@decorate_view(cached_page)
+def list_models(request: HttpRequest, filters: Query[s.CatalogFilters]) -> dict[str, Any]:
+    return model_list_payload(request, catalog_query(filters))
+
+
+@api.post(
+    "/api/models",
+    response={(200, 201): s.TrackedModel, frozenset({400, 413, 415, 429, 503}): ERRORS},
+    throttle=TrackAllowance(),
+    operation_id="trackModel",
+    summary="Track a Hub repo (200 if it already was, 201 if new); its first sync is queued",
+    openapi_extra=retry_after(429, 503),
+)
+@decorate_view(json_body(TRACK_BODY_BYTES))
+def track_model(
+    request: HttpRequest, payload: s.TrackRequest, response: HttpResponse
+) -> Status[dict[str, Any]]:
+    # CSRF-exempt (as every ninja operation) because API clients have no CSRF token; a browser
+    # cannot send application/json cross-site without a CORS preflight, and json_body refuses
+    # every other type, so no other site can make a visitor's browser track repos.
+    model, created = tracking.track(payload.repo_id, via="api")  # validated: api_schemas
+    response["Location"] = f"/api/models/{model.repo_id}"
+    return Status(201 if created else 200, model_json(model))
+
+
+@api.get(
+    "/api/models/{org}/{name}",
+    response={200: s.ModelDetail, frozenset({400, 404, 503}): ERRORS},
+    url_name="api_model",
+    operation_id="getModel",
+    summary="One model: status, verdict, variants, current template, history, check, probe",
+    openapi_extra=retry_after(503),
+)
+def get_model(request: HttpRequest, org: Org, name: Name) -> dict[str, Any]:
+    return model_detail_payload(request, tracked(f"{org}/{name}"))
+
+
+@api.get(
+    "/api/probes",
+    response={200: s.ProbeQueue, frozenset({400, 503}): ERRORS},
+    url_name="api_probes",
+    operation_id="getProbeQueue",
+    summary="The Mac probe queue: waiting probes in order, recent ones, the worker",
+    openapi_extra=retry_after(503),
+)
+def probe_queue(request: HttpRequest) -> dict[str, Any]:
+    return probe_queue_payload(request)
+
+
+@api.get(
+    "/api/templates/{sha:sha256}",
+    response={200: s.Template, frozenset({400, 404, 503}): ERRORS},
+    url_name="api_template",
+    operation_id="getTemplate",
+    summary="One template version: text, check, models that use it",
+    openapi_extra=retry_after(503),
+)
+@decorate_view(cached_page)
+def get_template(request: HttpRequest, sha256: Sha256) -> dict[str, Any]:
+    return template_payload(request, template_version(sha256))
+
+
+@api.get(
+    "/api/checks/{sha:sha256}",
+    response={200: s.Check, frozenset({400, 404, 503}): ERRORS},
+    url_name="api_check",
+    operation_id="getCheck",
+    summary="The newest check of a template version, with every failing pair",
+    openapi_extra=retry_after(503),
+)
+@decorate_view(cached_page)
+def get_check(request: HttpRequest, sha256: Sha256) -> dict[str, Any]:
+    version = template_version(sha256, text=False)
+    run = latest_check(version)
+    if run is None:
+        raise ApiError(404, "this template has not been checked yet")
+    return check_payload(request, version, run)
+
+
+@api.post(
+    "/hooks/hub",
+    response={202: s.HookOutcome, frozenset({400, 403, 413, 415, 503}): ERRORS},
+    auth=WebhookSecret(),
+    url_name="hub_webhook",
+    operation_id="hubWebhook",
+    summary="A Hub webhook: sync the model repo it is about (needs X-Webhook-Secret)",
+    exclude_none=True,
+    openapi_extra=retry_after(503),
+)
+@decorate_view(json_body(HOOK_BODY_BYTES))
+def hub_webhook(request: HttpRequest, payload: s.HubWebhook) -> Status[dict[str, Any]]:
+    outcome = webhooks.handle(payload.model_dump(exclude_unset=True))
+    return Status(202, {"queued": outcome.queued, "ignored": outcome.ignored})
+
+
+@api.get(
+    "/api/openapi.json",
+    response={200: dict[str, Any]},
+    url_name="openapi",
+    operation_id="getOpenApi",
+    summary="This document (OpenAPI 3.1, generated from the code)",
+)
+def openapi(request: HttpRequest) -> OpenAPISchema:
+    return api.get_openapi_schema()
+
+
+@api.get("/api/docs", url_name="api_docs", include_in_schema=False)
+def docs(request: HttpRequest) -> HttpResponse:
+    """The schema for people (Swagger UI). An HTML page, so not an operation of the schema."""
+    return api.docs.render_page(request, api)
+
+
+def urlpatterns() -> list[URLPattern]:
+    """The API's routes for dashboard/urls.py, each behind the JSON error net (api_errors)."""
+    patterns, _app, _namespace = api.urls
+    return [
+        path(str(p.pattern), json_errors(p.callback), name=p.name)
+        for p in patterns
+        # ninja's root view only names the mount point for its own reverse(); ours is "".
+        if isinstance(p, URLPattern) and p.name != "api-root"
+    ]

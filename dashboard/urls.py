@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from django.urls import path, register_converter
+from django.urls import path, re_path, register_converter
 
-from . import api, feeds, staff, views
+from . import api, api_errors, feeds, staff, views
 
 
 class RepoPartConverter:
@@ -63,12 +63,8 @@ urlpatterns = [
     path("badge/<repo:org>/<repo:name>.svg", views.badge, name="badge"),
     path("feeds/changes.atom", feeds.AllChanges(), name="feed"),
     path("feeds/authors/<repo:author>.atom", feeds.AuthorChanges(), name="author_feed"),
-    # The JSON API (api.py, described by openapi.py) and the Hub webhook.
-    path("api/models", api.models, name="api_models"),
-    path("api/models/<str:org>/<str:name>", api.model_detail, name="api_model"),
-    path("api/probes", api.probe_queue, name="api_probes"),
-    path("api/templates/<sha:sha256>", api.template_detail, name="api_template"),
-    path("api/checks/<sha:sha256>", api.check_detail, name="api_check"),
-    path("api/openapi.json", api.openapi, name="openapi"),
-    path("hooks/hub", api.hub_webhook, name="hub_webhook"),
+    # The JSON API and the Hub webhook (api.py, with the schema generated from it), then a JSON
+    # 404 for any other path under them: an API client never gets the site's HTML pages.
+    *api.urlpatterns(),
+    re_path(r"^(api|hooks)(/|$)", api_errors.unknown_path, name="api_unknown"),
 ]

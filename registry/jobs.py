@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
+from celery import Task
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -41,10 +42,8 @@ BROKER_BACKOFF_SECONDS = 30.0
 _broker_down_until = 0.0
 
 
-class Sendable(Protocol):
-    name: str
-
-    def apply_async(self, args: Any = ..., kwargs: Any = ..., **options: Any) -> Any: ...
+#: A Celery task (as `shared_task` makes them).
+Sendable = Task[Any, Any]
 
 
 def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id: int) -> None:

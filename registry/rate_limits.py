@@ -150,13 +150,25 @@ def forget(key: str, window_seconds: int) -> None:
     cache.delete(_window_key(key, window_seconds))
 
 
+class RateLimitUnavailable(Exception):
+    """The shared cache that counts requests cannot be reached: the caller answers 503 with
+    `Retry-After` rather than let strangers through uncounted (or fail with a 500)."""
+
+    retry_after = 30
+
+
 def allow(key: str, limit: int, window_seconds: int) -> bool:
-    """Fixed-window counter in the shared cache: True while `key` stays within `limit`."""
+    """Fixed-window counter in the shared cache: True while `key` stays within `limit`.
+
+    Raises RateLimitUnavailable when the cache (Redis in production) is down."""
     cache_key = _window_key(key, window_seconds)
-    cache.add(cache_key, 0, timeout=window_seconds + 5)
     try:
-        count = cache.incr(cache_key)
-    except ValueError:  # expired between add and incr
-        cache.set(cache_key, 1, timeout=window_seconds + 5)
-        count = 1
+        cache.add(cache_key, 0, timeout=window_seconds + 5)
+        try:
+            count = cache.incr(cache_key)
+        except ValueError:  # expired between add and incr
+            cache.set(cache_key, 1, timeout=window_seconds + 5)
+            count = 1
+    except Exception as exc:  # any backend error (redis ConnectionError, a timeout, …)
+        raise RateLimitUnavailable(f"rate limits unavailable: {exc}") from exc
     return count <= limit

@@ -130,10 +130,11 @@ def cut_broker(settings: Any) -> Any:
     original = app.conf.broker_url
 
     def use(url: str) -> None:
-        app.conf.broker_url = url
-        # The next send connects anew, to `url` (kombu keeps each URL's pool for later).
-        app._pool = None
-        app.amqp._producer_pool = None
+        app.conf.update(broker_url=url)
+        # The next send connects anew, to `url` (kombu keeps each URL's pool for later): the
+        # app's cached pools are private, and there is no public way to drop them.
+        app._pool = None  # type: ignore[attr-defined]
+        app.amqp._producer_pool = None  # type: ignore[attr-defined]
 
     use(f"redis://127.0.0.1:{proxy.port}/{db}")
     yield proxy

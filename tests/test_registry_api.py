@@ -1,5 +1,5 @@
 """The registry's endpoints (served by dashboard/api.py): model detail, track (JSON API and
-form), the Hub webhook."""
+form), the Hub webhook; and what the API refuses before its views run (type, size, nesting)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis.exceptions
 from django.test import Client
 
-from registry import tracking
+from dashboard import api
+from registry import rate_limits, tracking
 from registry.hub import HubClient
 from registry.models import HubModel, ModelStatus, Watch, WatchKind
 from registry.sync import RegistrySync
@@ -108,8 +110,7 @@ def test_model_detail_of_an_untracked_repo_is_a_json_404(client: Client) -> None
     response = client.get("/api/models/nobody/nothing")
     assert response.status_code == 404
     assert response.json() == {
-        "error": "nobody/nothing is not tracked",
-        "repo_id": "nobody/nothing",
+        "error": {"code": "not_found", "message": "nobody/nothing is not tracked"}
     }
 
 
@@ -132,19 +133,91 @@ def test_track_api_tracks_once_and_queues_one_sync(
     assert again.status_code == 200 and queued_syncs(callbacks) == []
 
 
+def post_json(client: Client, url: str, body: str | bytes, **extra: Any) -> Any:
+    return client.post(url, body, content_type="application/json", **extra)
+
+
+def error_of(response: Any, status: int) -> dict[str, str]:
+    """The API's one error shape: JSON `{"error": {"code", "message"}}`, with this status."""
+    assert response.status_code == status, (response.status_code, response.content[:300])
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    return dict(body["error"])
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
         ("not json", "expected a JSON body"),
-        (json.dumps({"repo": "a/b"}), "expected a JSON body"),
+        (json.dumps({"repo": "a/b"}), "repo_id: Field required"),
+        (json.dumps(["acme/chat-7b"]), "body"),
+        (json.dumps({"repo_id": 7}), "repo_id: Input should be a valid string"),
         (json.dumps({"repo_id": "../../etc/passwd"}), "is not a Hub model id"),
         (json.dumps({"repo_id": "no-slash"}), "is not a Hub model id"),
+        (json.dumps({"repo_id": "acme/chat\u0000"}), "NUL"),
+        (json.dumps({"repo_id": "a" * 301}), "at most 300 characters"),
+        ("[" * 33 + "]" * 33, "deeper than 32"),
+        ("[" * 60_000, "deeper than 32"),
+        ('{"repo_id": "acme/x", "extra": ' + "[" * 40 + "]" * 40 + "}", "deeper than 32"),
     ],
 )
 def test_track_api_refuses_bad_input(client: Client, body: str, message: str) -> None:
-    response = client.post("/api/models", body, content_type="application/json")
-    assert response.status_code == 400
-    assert message in response.json()["error"]
+    error = error_of(post_json(client, "/api/models", body), 400)
+    assert message in error["message"]
+    assert error["code"] in {"invalid_request", "invalid_json"}
+    assert not HubModel.objects.exists()
+
+
+def test_track_api_refuses_an_empty_json_body(client: Client) -> None:
+    # The test client leaves the type out of a bodiless request; a real client may send it.
+    response = client.generic("POST", "/api/models", b"", CONTENT_TYPE="application/json")
+    assert "Field required" in error_of(response, 400)["message"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_track_api_takes_json_only(client: Client, content_type: str) -> None:
+    body = json.dumps({"repo_id": "acme/chat-7b"})
+    response = client.post("/api/models", body, content_type=content_type)
+    assert error_of(response, 415)["code"] == "unsupported_media_type"
+    assert not HubModel.objects.exists()
+
+
+def test_a_cross_site_form_cannot_track(hub_repo: str) -> None:
+    """What a page elsewhere can make a browser send without a preflight: a text/plain body
+    (the API is CSRF-exempt for its clients, so the content type is what stops it)."""
+    browser = Client(enforce_csrf_checks=True, headers={"Origin": "https://evil.example"})
+    response = browser.post("/api/models", json.dumps({"repo_id": hub_repo}), "text/plain")
+    assert response.status_code == 415
+    assert not HubModel.objects.exists()
+
+
+def test_track_api_refuses_large_bodies_before_reading_them(client: Client) -> None:
+    padded = json.dumps({"repo_id": "acme/chat-7b", "pad": "x" * api.TRACK_BODY_BYTES})
+    assert error_of(post_json(client, "/api/models", padded), 413)["code"] == "payload_too_large"
+    # The declared length decides: 20 bytes sent, a gigabyte announced, nothing read.
+    claimed = post_json(client, "/api/models", b'{"repo_id": "a/b"}', CONTENT_LENGTH=str(2**30))
+    assert error_of(claimed, 413)["code"] == "payload_too_large"
+    assert not HubModel.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [
+        rate_limits.RateLimitUnavailable("rate limits unavailable"),
+        redis.exceptions.ConnectionError("Connection refused"),
+    ],
+)
+def test_track_api_answers_503_when_the_cache_is_down(
+    client: Client, monkeypatch: pytest.MonkeyPatch, outage: Exception
+) -> None:
+    def down(request: Any) -> bool:
+        raise outage
+
+    monkeypatch.setattr(tracking, "may_track", down)
+    response = post_json(client, "/api/models", json.dumps({"repo_id": "acme/chat-7b"}))
+    assert error_of(response, 503)["code"] == "service_unavailable"
+    assert int(response["Retry-After"]) > 0
     assert not HubModel.objects.exists()
 
 
@@ -169,6 +242,8 @@ def test_track_api_is_rate_limited_per_client_address(
             REMOTE_ADDR="203.0.113.10",
         )
     assert statuses == [201, 201, 429]
+    assert error_of(response, 429)["code"] == "rate_limited"
+    assert response["Retry-After"] == "3600"
     assert other.status_code == 201
     assert not HubModel.objects.filter(repo_id="acme/model-2").exists()
 
@@ -220,7 +295,7 @@ def test_webhook_with_a_bad_secret_is_refused(
     HubModel.objects.track(hub_repo, via="track")
     payload = {**HOOK, "repo": {"type": "model", "name": hub_repo}}
     response = post_hook(client, payload, given)
-    assert response.status_code == 403
+    assert error_of(response, 403)["code"] == "forbidden"
     assert HubModel.objects.get(repo_id=hub_repo).status == ModelStatus.PENDING
 
 
@@ -249,6 +324,30 @@ def test_webhook_tracks_new_repos_of_watched_authors_only(
     assert list(HubModel.objects.values_list("repo_id", flat=True)) == ["acme/new"]
     assert "ignored" in other.json() and "ignored" in dataset.json()
     assert len(queued_syncs(callbacks)) == 1
+
+
+def test_webhook_refuses_what_it_cannot_read(client: Client, hub_settings: Any) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    secret = {"X-Webhook-Secret": "s3cret"}
+    plain = client.post("/hooks/hub", json.dumps(HOOK), content_type="text/plain", headers=secret)
+    assert error_of(plain, 415)["code"] == "unsupported_media_type"
+    big = json.dumps({**HOOK, "pad": "x" * api.HOOK_BODY_BYTES})
+    assert error_of(post_json(client, "/hooks/hub", big, headers=secret), 413)
+    deep = post_json(client, "/hooks/hub", '{"repo": ' + "[" * 50_000, headers=secret)
+    assert "deeper than 32" in error_of(deep, 400)["message"]
+    named = {**HOOK, "repo": {"type": "model", "name": "acme/\u0000"}}
+    assert "NUL" in error_of(post_hook(client, named, "s3cret"), 400)["message"]
+    bad = {**HOOK, "repo": {"type": "model", "name": "no slash"}}
+    assert "is not a Hub model id" in error_of(post_hook(client, bad, "s3cret"), 400)["message"]
+    assert not HubModel.objects.exists()
+
+
+def test_webhook_checks_the_secret_before_reading_the_body(
+    client: Client, hub_settings: Any
+) -> None:
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    response = post_json(client, "/hooks/hub", "not json", headers={"X-Webhook-Secret": "no"})
+    assert error_of(response, 403)["code"] == "forbidden"
 
 
 def test_track_form_shows_and_tracks(

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 from .celery import app
@@ -134,15 +134,44 @@ def service_status() -> ServiceStatus:
 
 _cache_lock = threading.Lock()
 _cached: tuple[float, ServiceStatus] | None = None
+_refreshing = False
+
+
+def _refresh() -> ServiceStatus:
+    global _cached, _refreshing
+    try:
+        status = service_status()
+        with _cache_lock:
+            _cached = (time.monotonic(), status)
+        return status
+    finally:
+        _refreshing = False
+
+
+def _refresh_in_background() -> None:
+    try:
+        _refresh()
+    finally:
+        connections.close_all()  # this thread's own connections: none may outlive it
 
 
 def cached_status() -> ServiceStatus:
-    """The status for the page banner, asked at most every CACHE_SECONDS per process."""
-    global _cached
+    """The status for the page banner, asked at most every CACHE_SECONDS per process.
+
+    Only the first page of a process waits for it. After that a stale status is served while a
+    background thread asks again: with the broker down, asking takes seconds (its timeout), and
+    no page should wait for that.
+    """
+    global _refreshing
     with _cache_lock:
-        if _cached and time.monotonic() - _cached[0] < CACHE_SECONDS:
-            return _cached[1]
-    status = service_status()
-    with _cache_lock:
-        _cached = (time.monotonic(), status)
-    return status
+        cached = _cached
+        if cached and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        if cached is not None:
+            if not _refreshing:
+                _refreshing = True
+                threading.Thread(
+                    target=_refresh_in_background, name="health-refresh", daemon=True
+                ).start()
+            return cached[1]
+    return _refresh()

@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_celery_beat",
+    # Only for its bundled Swagger UI files and template: /api/docs loads nothing from a CDN.
+    "ninja",
     "cachesafe",
     "registry",
     "dashboard",
@@ -54,6 +56,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything reads the query string or can raise: cleaning, then 503s (not 500s).
+    "cachesafe.middleware.QueryTextMiddleware",
+    "cachesafe.middleware.ServiceUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -98,6 +103,9 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "cachesafe",
+            # A page must not hang on a Redis that is gone: every use of the cache has a
+            # fallback (render the page, answer 503), so fail fast instead.
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
         }
     }
 else:

@@ -1,0 +1,63 @@
+"""Request hardening that every page and API path shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import render
+
+from registry.rate_limits import RateLimitUnavailable
+
+Handler = Callable[[HttpRequest], HttpResponse]
+
+
+def _without_nul(params: QueryDict) -> Any:
+    cleaned = QueryDict(mutable=True)
+    for key, values in params.lists():
+        cleaned.setlist(key.replace("\x00", ""), [v.replace("\x00", "") for v in values])
+    cleaned._mutable = False  # what Django hands views: read-only
+    return cleaned
+
+
+class QueryTextMiddleware:
+    """Query strings reach database lookups (search terms, `?model=`); PostgreSQL refuses a NUL
+    character in text, so NULs are dropped here and a crafted link answers a page, not a 500."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.GET.urlencode() or "%00" in request.META.get("QUERY_STRING", ""):
+            request.GET = _without_nul(request.GET)
+        return self.get_response(request)
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(("/api/", "/hooks/")) or path == "/api"
+
+
+class ServiceUnavailableMiddleware:
+    """A shared service that is down for a moment (the cache behind the rate limits) is a 503
+    with `Retry-After`, in JSON on API paths and as a page elsewhere; never a 500."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if not isinstance(exc, RateLimitUnavailable):
+            return None
+        message = "This service is briefly unavailable (its cache cannot be reached); try again."
+        response: HttpResponse
+        if is_api_path(request.path):
+            response = JsonResponse(
+                {"error": {"code": "service_unavailable", "message": message}}, status=503
+            )
+        else:
+            response = render(request, "503.html", {"message": message}, status=503)
+        response["Retry-After"] = str(exc.retry_after)
+        return response

@@ -1,0 +1,448 @@
+"""The JSON API's request and response shapes: one declaration, from which django-ninja both
+validates what comes in and writes `/api/openapi.json`.
+
+Responses forbid unknown fields on purpose: a builder in api.py (or `registry.api.model_json`)
+that grows a field without growing its schema here fails the API tests instead of the schema
+drifting from the code again. Timestamps and URLs stay the strings the builders make
+(`isoformat()`, absolute URLs); the schema only names their format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from ninja import Schema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
+
+from registry.models import (
+    REPO_ID_RE,
+    CheckStatus,
+    ModelStatus,
+    ProbeState,
+    ProbeStatus,
+    ProbeVerdict,
+    Thinking,
+    Tools,
+    Verdict,
+    validate_repo_id,
+)
+
+from .catalog import HYBRID_CHOICES, SORTS, THINKING_CHOICES
+
+#: A NUL character never reaches a query: PostgreSQL refuses it in text (psycopg.DataError).
+#: Paths and bodies with one are refused (400); query text loses it (DropNul).
+NO_NUL_PATTERN = r"^[^\x00]*$"
+#: One half of a Hub repo id, as long as the registry keeps one (`REPO_ID_RE`: 96).
+REPO_PART_MAX = 100
+#: What `validate_repo_id` accepts, as a pattern for clients: a Hub id (`REPO_ID_RE`), maybe
+#: as its huggingface.co URL, maybe with spaces or slashes around it (it strips those).
+REPO_ID_INPUT_PATTERN = (
+    r"^\s*/*(?:https://huggingface\.co/)?" + REPO_ID_RE.pattern.strip("^$") + r"/*\s*$"
+)
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+class _NoNul:
+    """`Annotated[str, NoNul]`: a string with a NUL is refused, with a message that says so
+    (the schema's pattern says the same to clients; its own message would be cryptic)."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(_no_nul, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = NO_NUL_PATTERN
+        return json_schema
+
+
+NoNul = _NoNul()
+
+
+def _drop_nuls(value: str) -> str:
+    return value.replace("\x00", "")
+
+
+#: Query text loses its NULs instead, as on every page of the site (cachesafe.middleware drops
+#: them from query strings before any view runs; this keeps the API so without it).
+DropNul = AfterValidator(_drop_nuls)
+
+
+class _HubRepoId:
+    """`Annotated[str, HubRepoId]`: a Hub model id as `validate_repo_id` takes it (and
+    normalizes it to `owner/name`), described by REPO_ID_INPUT_PATTERN."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(_repo_id, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = REPO_ID_INPUT_PATTERN
+        return json_schema
+
+
+def _repo_id(value: str) -> str:
+    try:
+        return validate_repo_id(value)
+    except ValidationError as err:
+        raise ValueError(err.messages[0]) from err
+
+
+HubRepoId = _HubRepoId()
+#: Text from a client (query, path, body): any string but one with a NUL, refused with a 400.
+Text = Annotated[str, NoNul]
+RepoPart = Annotated[str, Field(max_length=REPO_PART_MAX), NoNul]
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+Url = Annotated[str, WithJsonSchema({"type": "string", "format": "uri"})]
+
+
+class OneOf:
+    """`Annotated[str, OneOf(values)]`: a string that must be one of `values`, listed as the
+    schema's enum. The values come from the models' choices and the catalog's, so the API
+    accepts exactly what the catalog filters on."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        self.values = [str(v) for v in values]
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.literal_schema(self.values)
+
+
+def _choices(choices: type[models.TextChoices]) -> OneOf:
+    return OneOf(choices.values)
+
+
+class Strict(Schema):
+    """A response object: every field the builders write, and no other."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# Errors -----------------------------------------------------------------------------------
+
+
+class ErrorDetail(Strict):
+    code: str = Field(
+        description="Stable, for programs: invalid_request, invalid_json, forbidden, not_found, "
+        "method_not_allowed, payload_too_large, unsupported_media_type, rate_limited, "
+        "internal_error, service_unavailable."
+    )
+    message: str = Field(description="For people: what was wrong, in one line.")
+
+
+class ErrorResponse(Strict):
+    """Every error answer of the API, whatever its status."""
+
+    error: ErrorDetail
+
+
+# Requests ---------------------------------------------------------------------------------
+# Plain pydantic models, not ninja's Schema: that one also reads attributes off any object, so
+# a JSON array would pass for an object with only optional fields.
+
+
+def _drop_null(schema: dict[str, Any]) -> None:
+    """`anyOf: [X, null]` → X, for each property (see CatalogFilters)."""
+    for prop in schema.get("properties", {}).values():
+        branches = [b for b in prop.pop("anyOf", []) if b.get("type") != "null"]
+        if len(branches) == 1:
+            prop.update(branches[0])
+        elif branches:
+            prop["anyOf"] = branches
+
+
+class CatalogFilters(BaseModel):
+    """The catalog's query parameters (the page at `/` takes the same ones)."""
+
+    # Each may be left out, but a query string cannot say null: the schema lists no null.
+    model_config = ConfigDict(json_schema_extra=lambda schema: _drop_null(schema))
+
+    q: Annotated[str, Field(max_length=200), DropNul] | None = Field(
+        None, description="Words to find in repo id, author, family, tags"
+    )
+    verdict: Annotated[str, _choices(Verdict)] | None = Field(None, description="Verdict")
+    thinking: Annotated[str, OneOf(THINKING_CHOICES)] | None = Field(
+        None,
+        description="safe_on, safe_off (cache-safe with thinking on/off), none (no switch), "
+        "same or differs (the verdict does / does not depend on it)",
+    )
+    hybrid: Annotated[str, OneOf(HYBRID_CHOICES)] | None = Field(
+        None, description="yes: hybrid (recurrent) models only; no: attention only"
+    )
+    tools: Annotated[str, _choices(Tools)] | None = Field(None, description="Tool calling")
+    probe: Annotated[str, _choices(ProbeStatus)] | None = Field(
+        None, description="none (never probed) or the latest probe's verdict"
+    )
+    author: Annotated[str, Field(max_length=100), DropNul] | None = Field(
+        None, description="Exact author"
+    )
+    sort: Annotated[str, OneOf(SORTS)] | None = Field(None, description="Default: downloads")
+    page: int | None = Field(
+        None, ge=1, le=1_000_000, description="Page number, 50 models per page"
+    )
+
+
+class TrackRequest(BaseModel):
+    repo_id: Annotated[str, Field(max_length=300), NoNul, HubRepoId] = Field(
+        description="owner/name, or the model's https://huggingface.co/ URL",
+        examples=["Qwen/Qwen3-8B"],
+    )
+
+
+class HookEvent(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    action: str | None = None
+    scope: str | None = Field(None, description="repo.content, discussion, …")
+
+
+class HookRepo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str | None = Field(None, description="model, dataset or space")
+    name: Annotated[str, Field(max_length=300), NoNul, HubRepoId] = Field(description="owner/name")
+    headSha: str | None = None  # the Hub's own spelling
+
+
+class HubWebhook(BaseModel):
+    """The part of a Hub webhook payload we read; everything else is accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event: HookEvent | None = None
+    repo: HookRepo
+
+
+# Responses --------------------------------------------------------------------------------
+
+VerdictName = Annotated[str, _choices(Verdict)]
+
+
+class ModelRow(Strict):
+    repo_id: str
+    author: str
+    family: str
+    status: Annotated[str, _choices(ModelStatus)]
+    verdict: VerdictName
+    summary: str
+    thinking: Annotated[str, _choices(Thinking)] | None
+    thinking_off: VerdictName | None
+    thinking_on: VerdictName | None
+    tools: Annotated[str, _choices(Tools)] | None
+    probe: Annotated[str, _choices(ProbeStatus)]
+    is_hybrid: bool
+    downloads: int
+    last_template_change_at: DateTime | None
+    url: Url
+
+
+class ModelList(Strict):
+    count: int
+    page: int
+    pages: int
+    next: Url | None
+    previous: Url | None
+    results: list[ModelRow]
+
+
+class Variant(Strict):
+    key: str
+    label: str
+    template_name: str
+    kwargs: dict[str, Any]
+    verdict: str
+    mean_reusable_share: float | None
+
+
+class Failure(Strict):
+    """A request pair that breaks (fail) or strains (warn) the cache."""
+
+    variant: str
+    session: str
+    request_index: int
+    status: str = Field(description="fail or warn")
+    cause: str | None = Field(
+        description="history, generation_prompt, assistant_output, token_seam, …"
+    )
+    detail: str
+    byte_offset: int | None
+    token_index: int | None
+    segment: str | None
+    template_lines: list[int]
+    reusable_share: float
+    diff_url: Url
+
+
+class Finding(Strict):
+    kind: str
+    lines: list[int]
+    message: str
+    status: str
+
+
+class Check(Strict):
+    template_sha256: str
+    engine_version: str
+    status: Annotated[str, _choices(CheckStatus)]
+    progress: int
+    verdict: VerdictName
+    summary: str
+    finished_at: DateTime | None
+    variants: list[Variant]
+    failures: list[Failure]
+    findings: list[Finding]
+
+
+class TemplateUser(Strict):
+    repo_id: str
+    url: Url
+
+
+class Template(Strict):
+    sha256: str
+    size: int
+    first_seen: DateTime
+    text: str
+    url: Url
+    check: Check | None
+    models: list[TemplateUser]
+
+
+class Probe(Strict):
+    """One mlx-lm probe run on the Mac worker (its report is shown on the model page)."""
+
+    id: int
+    repo_id: str
+    commit_sha: str
+    state: Annotated[str, _choices(ProbeState)]
+    verdict: Annotated[str, _choices(ProbeVerdict)] | None
+    reused_share: float | None
+    disagreement: bool
+    error: str | None
+    worker: str | None
+    machine: dict[str, Any]
+    queued_at: DateTime | None
+    started_at: DateTime | None
+    finished_at: DateTime | None
+    page_url: Url
+
+
+class WaitingProbe(Probe):
+    position: int = Field(description="In the queue, from 1")
+
+
+class RecentProbe(Probe):
+    seconds: float | None = Field(description="On the Mac")
+
+
+class Worker(Strict):
+    online: bool
+    detail: str
+    since: DateTime | None
+
+
+class ProbeQueue(Strict):
+    worker: Worker
+    queue_size: int
+    waiting: list[WaitingProbe]
+    recent: list[RecentProbe]
+
+
+class TokenizerJson(Strict):
+    sha: str
+    size: int | None
+
+
+class CurrentTemplate(Strict):
+    sha256: str
+    source_file: str
+    commit: str
+    named_templates: dict[str, str]
+    special_tokens: dict[str, Any]
+    tokenizer_json: TokenizerJson | None
+
+
+class TemplateChange(Strict):
+    commit: str
+    date: DateTime | None
+    title: str
+    template_sha256: str | None
+    previous_sha256: str | None
+
+
+class TrackedModel(Strict):
+    """The registry's fields of a model (`registry.api.model_json`, docs/registry.md)."""
+
+    repo_id: str
+    author: str
+    status: Annotated[str, _choices(ModelStatus)]
+    status_reason: str
+    sync_error: str
+    verdict: VerdictName
+    verdict_summary: str
+    downloads: int
+    likes: int
+    tags: list[str]
+    pipeline_tag: str
+    library_name: str
+    model_type: str
+    architectures: list[str]
+    is_hybrid: bool
+    has_sliding_window: bool
+    quantization: str
+    base_model: str
+    last_commit_sha: str | None
+    last_commit_at: DateTime | None
+    template: CurrentTemplate | None
+    history: list[TemplateChange]
+    history_complete: bool
+
+
+class CatalogVariant(Strict):
+    key: str
+    label: str
+    verdict: str
+    share: float | None
+
+
+class ModelDetail(TrackedModel):
+    """The registry's fields, the current check, per-variant verdicts and the latest probe."""
+
+    variants: list[CatalogVariant]
+    check: Check | None
+    probe: Probe | None
+    page_url: Url
+
+
+class HookOutcome(Strict):
+    """A webhook was taken: a sync of `queued` was queued, or nothing, because of `ignored`."""
+
+    queued: str | None = None
+    ignored: str | None = None

@@ -1,0 +1,94 @@
+"""Bad input and a missing cache never make a page answer 500; the banner never waits."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from registry import rate_limits
+from tests.dashboard_data import Catalog, build_catalog, healthy_service  # noqa: F401
+from workers import health
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def sha(catalog: Catalog) -> str:
+    assert catalog.unsafe.current_snapshot is not None
+    return catalog.unsafe.current_snapshot.default_template.sha256
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/?q=qwen%00",
+        "/?q=%00&author=org%00",
+        "/?verdict=safe%00",
+        "/feeds/changes.atom?q=%00",
+    ],
+)
+def test_a_nul_byte_in_a_query_string_answers_the_page(
+    client: Client, catalog: Catalog, path: str
+) -> None:
+    # PostgreSQL refuses NUL in text: without the cleaning this is a DataError and a 500.
+    assert client.get(path).status_code == 200
+
+
+def test_a_nul_byte_in_the_pair_page_model_parameter(client: Client, catalog: Catalog) -> None:
+    url = f"/t/{sha(catalog)}/pair/default/chat/1/?model={catalog.unsafe.repo_id}%00"
+    assert client.get(url).status_code in (200, 404)
+
+
+class DownCache:
+    """A cache whose every call fails as Redis does when it is gone."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+        return fail
+
+
+def test_rate_limits_without_their_cache_answer_503_with_retry_after(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rate_limits, "cache", DownCache())
+    page = client.post("/track/", {"repo_id": "org/model"})
+    assert page.status_code == 503 and page["Retry-After"] == "30"
+    assert "Briefly unavailable" in page.content.decode()
+    api = client.post("/api/models", {"repo_id": "org/model"}, content_type="application/json")
+    assert api.status_code == 503 and api["Retry-After"] == "30"
+    assert api["Content-Type"].startswith("application/json")
+
+
+def test_the_banner_serves_a_stale_status_while_a_slow_check_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the broker down, asking for the status takes its timeout: no page may wait."""
+    first = health.cached_status()
+    release = threading.Event()
+    asked = threading.Event()
+
+    def slow_status() -> Any:
+        asked.set()
+        release.wait(10)
+        return first
+
+    monkeypatch.setattr(health, "service_status", slow_status)
+    monkeypatch.setattr(health, "_cached", (0.0, first))  # long stale
+    answered: list[Any] = []
+    page = threading.Thread(target=lambda: answered.append(health.cached_status()))
+    page.start()
+    page.join(5)
+    try:
+        assert answered == [first], "a page waited for the status check"
+        assert asked.wait(5), "the stale status was not refreshed in the background"
+    finally:
+        release.set()
