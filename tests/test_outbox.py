@@ -142,25 +142,42 @@ def cut_broker(settings: Any) -> Any:
     use(original)
 
 
-def test_a_real_broker_cut_keeps_the_track_request_and_sends_it_after(
-    client: Client, cut_broker: Any
+def test_a_real_broker_cut_during_track_webhook_and_recheck_loses_nothing(
+    client: Client, cut_broker: Any, settings: Any
 ) -> None:
     import redis
-    from django.conf import settings
+    from django.contrib.auth.models import User
 
+    from tests.dashboard_data import build_catalog
     from workers.celery import app
 
-    queue = redis.Redis.from_url(settings.REDIS_URL)
-    queue.delete("hub")
+    catalog = build_catalog()
+    settings.HF_WEBHOOK_SECRET = "s3cret"
+    User.objects.create_user("staff", password="pw", is_staff=True)
+    queues = redis.Redis.from_url(settings.REDIS_URL)
+    queues.delete("hub", "checks")
+
     cut_broker.stop()
-    response = client.post("/api/models", {"repo_id": "org/cut"}, content_type="application/json")
-    assert response.status_code in (201, 202), response.content
-    assert list(OutboxMessage.objects.values_list("task", flat=True)) == ["hub.sync_repo"]
-    assert queue.llen("hub") == 0
+    tracked = client.post("/api/models", {"repo_id": "org/cut"}, content_type="application/json")
+    assert tracked.status_code == 201, tracked.content
+    hook = client.post(
+        "/hooks/hub",
+        {"event": {"action": "update", "scope": "repo.content"},
+         "repo": {"type": "model", "name": catalog.unsafe.repo_id}},
+        content_type="application/json",
+        headers={"X-Webhook-Secret": "s3cret"},
+    )  # fmt: skip
+    assert hook.status_code == 202, hook.content
+    client.login(username="staff", password="pw")
+    recheck = client.post(f"/m/{catalog.unsafe.repo_id}/recheck")
+    assert recheck.status_code in (200, 302), recheck.status_code
+    kept = sorted(OutboxMessage.objects.values_list("task", flat=True))
+    assert kept == ["hub.sync_repo", "hub.sync_repo", "workers.run_check"]
+    assert queues.llen("hub") == queues.llen("checks") == 0
 
     cut_broker.start()  # the same port: the broker is back
     age_outbox()
-    assert jobs.flush_outbox(app.send_task) == 1
-    assert queue.llen("hub") == 1  # routed by name to the hub queue
+    assert jobs.flush_outbox(app.send_task) == 3
+    assert (queues.llen("hub"), queues.llen("checks")) == (2, 1)  # routed by name
     assert not OutboxMessage.objects.exists()
-    queue.delete("hub")
+    queues.delete("hub", "checks")
