@@ -23,7 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from . import delivery, emails, throttles, tokens
 from .forms import ChannelForm, MemberForm, SigninLinkForm, SubscriptionForm, TeamForm
@@ -71,7 +71,7 @@ def _settings_context(request: HttpRequest, **forms: Any) -> dict[str, Any]:
 
 
 @login_required
-@require_GET
+@require_safe
 def settings_page(request: HttpRequest) -> HttpResponse:
     """The user's subscriptions and channels, with each channel's delivery history."""
     return render(request, "alerts/settings.html", _settings_context(request))
@@ -104,7 +104,7 @@ def _owned_channel(request: HttpRequest, pk: int) -> Channel:
 
 
 @login_required
-@require_GET
+@require_safe
 def channel_detail(request: HttpRequest, pk: int) -> HttpResponse:
     channel = _owned_channel(request, pk)
     deliveries = channel.deliveries.select_related("event__model")[:RECENT_DELIVERIES]

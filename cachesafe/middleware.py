@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
 
 from registry.rate_limits import RateLimitUnavailable
 
@@ -32,6 +33,20 @@ class QueryTextMiddleware:
         if "\x00" in request.GET.urlencode() or "%00" in request.META.get("QUERY_STRING", ""):
             request.GET = _without_nul(request.GET)
         return self.get_response(request)
+
+
+class HtmxVaryMiddleware:
+    """A page and its htmx fragment share a URL: say that the answer depends on `HX-Request`,
+    so a browser's Back never shows a cached bare fragment in place of the page."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.get("Content-Type", "").startswith("text/html"):
+            patch_vary_headers(response, ("HX-Request",))
+        return response
 
 
 def is_api_path(path: str) -> bool:

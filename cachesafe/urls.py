@@ -7,6 +7,7 @@ from . import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("", include("registry.urls")),
     path("", include("dashboard.urls")),

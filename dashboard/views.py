@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from registry.models import (
     HubModel,
@@ -41,7 +41,7 @@ from .report_view import ReportView, model_sentence
 from .stored_reports import find_pair
 
 
-@require_GET
+@require_safe
 @cached_page
 def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
@@ -152,7 +152,7 @@ def model_context(
 LIVE_PARTIALS = {"check-status", "probe-status", "sync-status"}
 
 
-@require_GET
+@require_safe
 @cached_page
 def model_detail(
     request: HtmxHttpRequest, org: str, name: str, commit: str | None = None
@@ -189,7 +189,7 @@ def model_detail(
     return response
 
 
-@require_GET
+@require_safe
 def probe_queue(request: HtmxHttpRequest) -> HttpResponse:
     """What waits for the Mac worker, what it ran lately, and whether it is online."""
     context = {"queue": ProbeQueue.load(), "worker": cached_status().probe_worker}
@@ -200,7 +200,7 @@ def probe_queue(request: HtmxHttpRequest) -> HttpResponse:
     return response
 
 
-@require_GET
+@require_safe
 def model_pair_latest(
     request: HttpRequest, org: str, name: str, variant: str, session: str, index: int
 ) -> HttpResponse:
@@ -216,7 +216,7 @@ def model_pair_latest(
     return HttpResponseRedirect(f"{url}?model={model.repo_id}")
 
 
-@require_GET
+@require_safe
 @cached_page
 def template_detail(request: HttpRequest, sha256: str) -> HttpResponse:
     """One template version: its source, its verdicts and every model that uses it."""
@@ -236,7 +236,7 @@ def template_detail(request: HttpRequest, sha256: str) -> HttpResponse:
     return render(request, "dashboard/template.html", context)
 
 
-@require_GET
+@require_safe
 @cached_page
 def pair_detail(
     request: HttpRequest, sha256: str, variant: str, session: str, index: int
@@ -283,7 +283,7 @@ def pair_detail(
     return render(request, "dashboard/pair.html", context)
 
 
-@require_GET
+@require_safe
 @cached_page
 def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResponse:
     """What changed upstream between two template versions, with the verdict before and after."""
@@ -300,7 +300,7 @@ def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResp
     return render(request, "dashboard/version_diff.html", context)
 
 
-@require_GET
+@require_safe
 @cached_page
 def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
     """An SVG badge for a model README; unknown models get a grey "not tracked" badge."""

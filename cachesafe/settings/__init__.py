@@ -59,6 +59,7 @@ MIDDLEWARE = [
     # Before anything reads the query string or can raise: cleaning, then 503s (not 500s).
     "cachesafe.middleware.QueryTextMiddleware",
     "cachesafe.middleware.ServiceUnavailableMiddleware",
+    "cachesafe.middleware.HtmxVaryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -1,0 +1,52 @@
+"""Small promises of the pages: HEAD works, fragments never stand in for pages, an icon, admin."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests.dashboard_data import Catalog, build_catalog, healthy_service  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def test_head_works_wherever_get_does(client: Client, catalog: Catalog) -> None:
+    for path in ("/", f"/m/{catalog.unsafe.repo_id}/", "/probes/", "/alerts/login/", "/healthz"):
+        assert client.head(path).status_code == client.get(path).status_code, path
+
+
+def test_a_page_and_its_htmx_fragment_vary_on_hx_request(client: Client, catalog: Catalog) -> None:
+    """Back after a search must show the page, not a cached bare fragment of the same URL."""
+    page = client.get("/?q=chatml")
+    fragment = client.get("/?q=chatml", headers={"HX-Request": "true"})
+    assert "<html" in page.content.decode() and "<html" not in fragment.content.decode()
+    for response in (page, fragment):
+        assert "HX-Request" in response["Vary"]
+
+
+def test_the_favicon_is_linked_and_served(client: Client, catalog: Catalog) -> None:
+    assert 'rel="icon"' in client.get("/").content.decode()
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+
+
+def test_the_admin_lists_the_registry(client: Client, catalog: Catalog) -> None:
+    User.objects.create_superuser("root", password="pw")
+    client.login(username="root", password="pw")
+    for name in (
+        "hubmodel",
+        "templateversion",
+        "checkrun",
+        "modelevent",
+        "proberun",
+        "outboxmessage",
+    ):
+        response = client.get(f"/admin/registry/{name}/")
+        assert response.status_code == 200, name
+    assert catalog.unsafe.repo_id in client.get("/admin/registry/hubmodel/").content.decode()
