@@ -64,6 +64,18 @@ class CatalogQuery:
     page: str = "1"
 
     @classmethod
+    def ignored(cls, params: QueryDict) -> list[str]:
+        """The `name=value` filters of a link that this catalog does not know (shown as
+        ignored, so a mistyped or outdated link does not silently show everything)."""
+        query = cls.from_params(params)
+        dropped = []
+        for name in ("verdict", "thinking", "hybrid", "tools", "probe", "sort"):
+            given = (params.get(name) or "").strip()
+            if given and given != getattr(query, name):
+                dropped.append(f"{name}={given[:40]}")
+        return dropped
+
+    @classmethod
     def from_params(cls, params: QueryDict) -> CatalogQuery:
         return cls(
             q=params.get("q", "").strip()[:200],

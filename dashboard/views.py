@@ -50,6 +50,7 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "query": query,
+        "ignored": CatalogQuery.ignored(request.GET),
         "verdicts": Verdict.choices,
         "thinking_choices": THINKING_CHOICES.items(),
         "tools_choices": Tools.choices,

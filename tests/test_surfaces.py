@@ -50,3 +50,25 @@ def test_the_admin_lists_the_registry(client: Client, catalog: Catalog) -> None:
         response = client.get(f"/admin/registry/{name}/")
         assert response.status_code == 200, name
     assert catalog.unsafe.repo_id in client.get("/admin/registry/hubmodel/").content.decode()
+
+
+def test_an_unknown_filter_value_is_shown_as_ignored(client: Client, catalog: Catalog) -> None:
+    body = client.get("/?verdict=bogus&tools=safe").content.decode()
+    assert "Ignored verdict=bogus: not a value this filter knows." in body
+    assert "tools=safe" not in body.split("Ignored", 1)[1].split("</p>", 1)[0]
+    assert "Ignored" not in client.get("/?verdict=safe").content.decode()
+
+
+def test_healthz_503_while_starting_is_logged_at_info(
+    client: Client, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachesafe import views
+    from workers.health import Component, ServiceStatus
+
+    down = Component(False, "beat scheduler has never ticked")
+    up = Component(True, "ok")
+    monkeypatch.setattr(views, "service_status", lambda: ServiceStatus(up, up, up, down, down))
+    with caplog.at_level("INFO", logger="django.request"):
+        assert client.get("/healthz").status_code == 503
+    [record] = [r for r in caplog.records if r.name == "django.request"]
+    assert record.levelname == "INFO"

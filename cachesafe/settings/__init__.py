@@ -229,5 +229,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"expected_unavailable": {"()": "cachesafe.logs.ExpectedUnavailable"}},
+    "loggers": {"django.request": {"filters": ["expected_unavailable"]}},
     "root": {"handlers": ["console"], "level": env.text("LOG_LEVEL", "INFO")},
 }
