@@ -2,7 +2,11 @@
 
 PATH is a `.jinja` file, a `tokenizer_config.json` (or `chat_template.json`), a model repository
 directory (template precedence as in transformers, its tokenizer.json used when present), or a
-directory holding such files at any depth. Exit status is 0 whatever the verdicts, 2 on usage
+directory holding such files at any depth.
+
+Exit status: 0, or 1 when a template's verdict is one that `--fail-on` names (a CI gate on a
+model upgrade: `--fail-on unsafe` fails on "Breaks the cache", `--fail-on error` on "Does not
+render"; both may be given), with a one-line hint per failing template on stderr; 2 on usage
 errors.
 """
 
@@ -29,6 +33,15 @@ from checks import (
     as_input,
     check_templates,
 )
+from checks.reports import (
+    ASSISTANT_OUTPUT,
+    ERROR,
+    GENERATION_PROMPT,
+    HISTORY,
+    TOKEN_SEAM,
+    UNSAFE,
+    VERDICT_LABELS,
+)
 from checks.sources import SourceError, decode_text, load_repository
 
 _REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
@@ -48,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print {'results': [...]} as JSON")
     parser.add_argument("--cache-dir", type=Path, help="keep results here across runs")
     parser.add_argument("--timeout", type=float, default=5.0, help="wall seconds per template")
+    parser.add_argument(
+        "--fail-on",
+        action="append",
+        choices=[UNSAFE, ERROR],
+        default=[],
+        help="exit 1 when a template breaks the cache (unsafe) or does not render (error)",
+    )
     parser.add_argument("--version", action="version", version=f"checks {ENGINE_VERSION}")
     return parser
 
@@ -110,12 +130,38 @@ def _file_input(path: Path, tokenizer_json: str | None) -> CheckInput:
     return CheckInput(item.source, str(path), tokenizer_json, item.source_error, item.source_sha256)
 
 
+#: What to do about the first breaking cause of a template, in one line.
+CAUSE_HINTS = {
+    HISTORY: "earlier messages render differently once a turn is added (template line {lines}):"
+    " render history the same way every turn, or pick a model whose template does",
+    GENERATION_PROMPT: "the generation prompt differs from how the same assistant turn renders as"
+    " history (template line {lines}): pass the setting the summary names, or fix that line",
+    ASSISTANT_OUTPUT: "the reply is written back differently from how the model emitted it"
+    " (template line {lines}): send the reply back as generated",
+    TOKEN_SEAM: "byte prefixes hold but the tokens merge across the seam (template line {lines}):"
+    " end each turn on a token boundary",
+}
+
+
+def fix_hint(report: TemplateReport) -> str:
+    """One line saying what to do about a template that fails the gate."""
+    if report.verdict == ERROR:
+        return f"does not render: {report.reason or report.summary}"
+    failure = next((f for f in report.failures if f.status == "fail"), None)
+    if failure is None:
+        return report.summary
+    lines = ",".join(map(str, failure.template_lines)) or "?"
+    hint = CAUSE_HINTS.get(failure.cause, "{lines}").format(lines=lines)
+    return f"{failure.variant}, {failure.session}: {hint}"
+
+
 def print_table(reports: Sequence[TemplateReport], out: IO[str]) -> None:
     width = max([len(Path(r.file).name) for r in reports] + [8])
     out.write(f"{'TEMPLATE':<{width}}  {'VERDICT':<21}  SUMMARY\n")
     for report in reports:
         summary = textwrap.wrap(report.summary, 80) or [""]
-        out.write(f"{Path(report.file).name:<{width}}  {report.verdict:<21}  {summary[0]}\n")
+        label = VERDICT_LABELS.get(report.verdict, report.verdict)
+        out.write(f"{Path(report.file).name:<{width}}  {label:<21}  {summary[0]}\n")
         for line in summary[1:]:
             out.write(f"{'':<{width}}  {'':<21}  {line}\n")
         for failure in [f for f in report.failures if f.status == "fail"][:3]:
@@ -151,4 +197,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         out.write("\n")
     else:
         print_table(reports, out)
-    return 0
+    failing = [r for r in reports if r.verdict in set(args.fail_on)]
+    for report in failing:
+        sys.stderr.write(f"{report.file}: {VERDICT_LABELS[report.verdict]}: {fix_hint(report)}\n")
+    return 1 if failing else 0

@@ -17,6 +17,13 @@ UNSAFE = "unsafe"
 SAFE_WHERE_RENDERABLE = "safe_where_renderable"
 ERROR = "error"
 VERDICTS = (SAFE, UNSAFE, SAFE_WHERE_RENDERABLE, ERROR)
+#: The words the site, the API docs and the CLI use for each verdict.
+VERDICT_LABELS = {
+    SAFE: "Cache-safe",
+    UNSAFE: "Breaks the cache",
+    SAFE_WHERE_RENDERABLE: "Safe where it renders",
+    ERROR: "Does not render",
+}
 
 # Causes of a failing request pair (docs/engine.md), plus the token-only seam.
 HISTORY = "history"

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from checks.reports import VERDICT_LABELS
 from checks.sources import sha256_text
 
 #: A Hub model id: `owner/name`, letters, digits, `-`, `_`, `.`; no `--`/`..`; 96 chars a part.
@@ -34,10 +35,10 @@ class Verdict(models.TextChoices):
     """A template's cache verdict (the check engine's vocabulary)."""
 
     PENDING = "pending", "Not checked yet"
-    SAFE = "safe", "Cache-safe"
-    UNSAFE = "unsafe", "Breaks the cache"
-    SAFE_WHERE_RENDERABLE = "safe_where_renderable", "Safe where it renders"
-    ERROR = "error", "Does not render"
+    SAFE = "safe", VERDICT_LABELS["safe"]
+    UNSAFE = "unsafe", VERDICT_LABELS["unsafe"]
+    SAFE_WHERE_RENDERABLE = "safe_where_renderable", VERDICT_LABELS["safe_where_renderable"]
+    ERROR = "error", VERDICT_LABELS["error"]
 
 
 class TemplateVersionQuerySet(models.QuerySet["TemplateVersion"]):

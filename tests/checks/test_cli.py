@@ -46,8 +46,23 @@ def test_table_for_a_jinja_file(tmp_path: Path) -> None:
     process = run(str(path))
     assert process.returncode == 0
     assert "marker.jinja" in process.stdout
-    assert "unsafe" in process.stdout
+    assert "Breaks the cache" in process.stdout  # the site's words, not `unsafe`
     assert "history at byte 0 (user 1, template line 2" in process.stdout
+
+
+def test_fail_on_gates_a_ci_job_with_a_hint_per_failing_template(tmp_path: Path) -> None:
+    (tmp_path / "marker.jinja").write_text(MARKER)
+    (tmp_path / "chatml.jinja").write_text(CHATML)
+    (tmp_path / "loop.jinja").write_text("{% for m in messages %}{{ m.content | nope }}{% endfor %}")
+    gate = run(str(tmp_path), "--fail-on", "unsafe")
+    assert gate.returncode == 1
+    [hint] = gate.stderr.strip().splitlines()
+    assert hint.startswith(f"{tmp_path / 'marker.jinja'}: Breaks the cache: ")
+    assert "template line 2" in hint and "render history the same way every turn" in hint
+    both = run(str(tmp_path), "--fail-on", "unsafe", "--fail-on", "error")
+    assert both.returncode == 1
+    assert any("Does not render" in line for line in both.stderr.splitlines())
+    assert run(str(tmp_path / "chatml.jinja"), "--fail-on", "unsafe").returncode == 0
 
 
 def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path) -> None:
