@@ -53,7 +53,9 @@ def test_table_for_a_jinja_file(tmp_path: Path) -> None:
 def test_fail_on_gates_a_ci_job_with_a_hint_per_failing_template(tmp_path: Path) -> None:
     (tmp_path / "marker.jinja").write_text(MARKER)
     (tmp_path / "chatml.jinja").write_text(CHATML)
-    (tmp_path / "loop.jinja").write_text("{% for m in messages %}{{ m.content | nope }}{% endfor %}")
+    (tmp_path / "loop.jinja").write_text(
+        "{% for m in messages %}{{ m.content | nope }}{% endfor %}"
+    )
     gate = run(str(tmp_path), "--fail-on", "unsafe")
     assert gate.returncode == 1
     [hint] = gate.stderr.strip().splitlines()
