@@ -10,7 +10,7 @@ import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,34 @@ def _run(
 ) -> TemplateReport:
     if item.source is None:
         return _source_error_report(item)
+    report = _checked(item, options, pool, cache, wall_seconds)
+    source = item.source
+    # Said wherever the tokens can matter: every verdict, and errors of templates that use them.
+    if source.placeholder_tokens and (
+        report.verdict != "error"
+        or any(n in t for n in source.placeholder_tokens for t in source.templates.values())
+    ):
+        report = replace(report, summary=f"{report.summary} {_placeholder_note(item.source)}")
+    return report
+
+
+def _placeholder_note(source: TemplateSource) -> str:
+    names = " and ".join(source.placeholder_tokens)
+    values = ", ".join(source.special_tokens[name] for name in source.placeholder_tokens)
+    return (
+        f"(Rendered with placeholder {names} ({values}): no tokenizer_config.json beside the"
+        " file; give the model's own for its real tokens.)"
+    )
+
+
+def _checked(
+    item: CheckInput,
+    options: CheckOptions,
+    pool: SandboxPool,
+    cache: ResultCache | None,
+    wall_seconds: float | None,
+) -> TemplateReport:
+    assert item.source is not None
     source = item.source
     tokenizer_sha = sha256_text(item.tokenizer_json) if item.tokenizer_json is not None else None
     key = cache_key(

@@ -50,6 +50,9 @@ class TemplateSource:
     special_tokens: dict[str, str] = field(default_factory=dict)
     origin: str = "string"
     sha256: str = ""
+    #: Special tokens that stand in for the model's own (a `.jinja` file with no config beside
+    #: it): the report says so, since a real tokenizer's tokens may render differently.
+    placeholder_tokens: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.templates:
@@ -185,15 +188,49 @@ def read_text(path: Path) -> str:
     return decode_text(data, path.name)
 
 
+#: What a lone `.jinja` file renders with when nothing says what its model's tokens are; most
+#: templates write `bos_token` (many concatenate it, which fails when it is undefined).
+PLACEHOLDER_TOKENS = {"bos_token": "<|placeholder_bos|>", "eos_token": "<|placeholder_eos|>"}
+
+
+def tokens_beside(path: Path) -> dict[str, str]:
+    """The special tokens of the tokenizer_config.json (or special_tokens_map.json) in the
+    template's folder; {} when there is none or it is unusable (the template still is)."""
+    files = {}
+    for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
+        if (path.parent / name).is_file():
+            with contextlib.suppress(OSError):
+                files[name] = (path.parent / name).read_bytes()
+    tokens: dict[str, str] = {}
+    for name in (SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG):  # the config wins
+        if name in files:
+            with contextlib.suppress(SourceError):
+                tokens.update(special_tokens_from_config(_json_file(files, name)))
+    return tokens
+
+
 def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> TemplateSource:
-    """Load one file: a `.jinja` template or a JSON config; raises SourceError when unusable."""
+    """Load one file: a `.jinja` template or a JSON config; raises SourceError when unusable.
+
+    A `.jinja` file given without tokens takes them from a config beside it, else renders with
+    clearly marked placeholders for `bos_token` / `eos_token` (`placeholder_tokens` says which).
+    """
     text = read_text(path)
     if path.suffix == ".json":
         source = source_from_config_text(text, path.name)
         if special_tokens and not source.special_tokens:
             return TemplateSource(source.templates, dict(special_tokens), origin=source.origin)
         return source
-    return source_from_template_text(text, path.name, special_tokens)
+    if special_tokens is not None:
+        return source_from_template_text(text, path.name, special_tokens)
+    tokens = tokens_beside(path)
+    missing = {name: value for name, value in PLACEHOLDER_TOKENS.items() if name not in tokens}
+    return TemplateSource(
+        {"default": text},
+        {**missing, **tokens},
+        origin=path.name,
+        placeholder_tokens=tuple(missing),
+    )
 
 
 @dataclass(frozen=True)

@@ -177,3 +177,26 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     process = run(*args)
     assert process.returncode == 2
     assert "usage:" in process.stderr
+
+
+BOS_CONCAT = (
+    "{{ bos_token + '' }}{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_a_lone_jinja_renders_with_marked_placeholder_tokens(tmp_path: Path) -> None:
+    """Undefined bos_token + '' is an error in Jinja: a .jinja file alone must still check."""
+    (tmp_path / "t.jinja").write_text(BOS_CONCAT)
+    [report] = results(run(str(tmp_path / "t.jinja"), "--json"))
+    assert report["verdict"] == "safe", report["reason"]
+    assert "placeholder bos_token and eos_token" in report["summary"]
+
+
+def test_a_lone_jinja_takes_the_tokens_of_the_config_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "t.jinja").write_text(BOS_CONCAT)
+    config = {"bos_token": "<s>", "eos_token": {"content": "</s>"}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    [report] = results(run(str(tmp_path / "t.jinja"), "--json"))
+    assert report["verdict"] == "safe"
+    assert "placeholder" not in report["summary"]
