@@ -120,11 +120,11 @@ def _run(
     options: CheckOptions,
     pool: SandboxPool,
     cache: ResultCache | None,
-    wall_seconds: float | None,
+    cpu_seconds: float | None,
 ) -> TemplateReport:
     if item.source is None:
         return _source_error_report(item)
-    report = _checked(item, options, pool, cache, wall_seconds)
+    report = _checked(item, options, pool, cache, cpu_seconds)
     source = item.source
     # Said wherever the tokens can matter: every verdict, and errors of templates that use them.
     if source.placeholder_tokens and (
@@ -149,7 +149,7 @@ def _checked(
     options: CheckOptions,
     pool: SandboxPool,
     cache: ResultCache | None,
-    wall_seconds: float | None,
+    cpu_seconds: float | None,
 ) -> TemplateReport:
     assert item.source is not None
     source = item.source
@@ -164,7 +164,7 @@ def _checked(
     job = sandbox_job(source, item.file, options, item.tokenizer_json)
     started = time.perf_counter()
     try:
-        answer = pool.run(job, wall_seconds)
+        answer = pool.run(job, cpu_seconds)
     except SandboxError as exc:
         # Not cached: a timeout can be the machine's fault as much as the template's.
         return error_report(source, item.file, str(exc), started, tokenizer_sha)
@@ -182,11 +182,11 @@ def check_template(
     options: CheckOptions | None = None,
     pool: SandboxPool | None = None,
     cache: ResultCache | None = _default_cache,
-    wall_seconds: float | None = None,
+    cpu_seconds: float | None = None,
 ) -> TemplateReport:
     """Check one template source in the sandbox; never raises for a hostile or broken template."""
     item = as_input(source, file, tokenizer_json)
-    return _run(item, options or CheckOptions(), pool or default_pool(), cache, wall_seconds)
+    return _run(item, options or CheckOptions(), pool or default_pool(), cache, cpu_seconds)
 
 
 def check_templates(
@@ -195,7 +195,7 @@ def check_templates(
     options: CheckOptions | None = None,
     pool: SandboxPool | None = None,
     cache: ResultCache | None = _default_cache,
-    wall_seconds: float | None = None,
+    cpu_seconds: float | None = None,
 ) -> list[TemplateReport]:
     """Check many sources across the pool in parallel; results keep the input order."""
     pool = pool or default_pool()
@@ -205,7 +205,7 @@ def check_templates(
     ]
     with ThreadPoolExecutor(max_workers=pool.size) as executor:
         return list(
-            executor.map(lambda item: _run(item, options, pool, cache, wall_seconds), inputs)
+            executor.map(lambda item: _run(item, options, pool, cache, cpu_seconds), inputs)
         )
 
 
@@ -214,9 +214,11 @@ def render_pair(
     pair: PairRequest,
     *,
     pool: SandboxPool | None = None,
+    cpu_seconds: float | None = None,
     wall_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Both renders of one request pair, whole, with spans, rendered in the sandbox.
+    """Both renders of one request pair, whole, with spans, rendered in the sandbox (a page
+    waits for it: `wall_seconds` bounds the wait).
 
     Raises PairUnavailable when the template does not render the pair, SandboxError when it
     breaks a limit (time, memory, output).
@@ -229,7 +231,7 @@ def render_pair(
         "sha256": source.sha256,
         "pair": pair.to_dict(),
     }
-    answer = (pool or default_pool()).run(job, wall_seconds)
+    answer = (pool or default_pool()).run(job, cpu_seconds, wall_seconds=wall_seconds)
     if "unavailable" in answer:
         raise PairUnavailable(str(answer["unavailable"]))
     result: dict[str, Any] = answer["pair"]

@@ -42,6 +42,7 @@ from checks.reports import (
     UNSAFE,
     VERDICT_LABELS,
 )
+from checks.sandbox import DEFAULT_CPU_SECONDS
 from checks.sources import SourceError, decode_text, load_repository
 
 _REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
@@ -60,7 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", type=Path, help="tokenizer.json for token-level checks")
     parser.add_argument("--json", action="store_true", help="print {'results': [...]} as JSON")
     parser.add_argument("--cache-dir", type=Path, help="keep results here across runs")
-    parser.add_argument("--timeout", type=float, default=5.0, help="wall seconds per template")
+    parser.add_argument(
+        "--cpu-seconds",
+        "--timeout",
+        dest="cpu_seconds",
+        type=float,
+        default=DEFAULT_CPU_SECONDS,
+        help="CPU seconds one template check may use (the service's default too)",
+    )
     parser.add_argument(
         "--fail-on",
         action="append",
@@ -187,7 +195,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     cache: ResultCache = (
         DirectoryResultCache(args.cache_dir) if args.cache_dir else MemoryResultCache()
     )
-    pool = SandboxPool(limits=SandboxLimits(wall_seconds=args.timeout))
+    pool = SandboxPool(limits=SandboxLimits(cpu_seconds=args.cpu_seconds))
     try:
         reports = check_templates(items, options=CheckOptions(), pool=pool, cache=cache)
     finally:

@@ -28,10 +28,25 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 GIB = 1024**3
 
 
+#: CPU seconds one template check may use: the same for the CLI and the service, so a template
+#: gets the same verdict wherever it is checked.
+DEFAULT_CPU_SECONDS = 10.0
+#: Wall time is only a last guard, far above the CPU budget: on a loaded machine a job waits
+#: for a core, and that must not change its verdict.
+WALL_GUARD_FACTOR = 10.0
+MIN_WALL_GUARD_SECONDS = 30.0
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
-    wall_seconds: float = 5.0
+    """What one job may use: CPU time (measured by the worker's own CPU clock, so the verdict
+    does not depend on how busy the machine is) and memory; wall time only as a far guard."""
+
+    cpu_seconds: float = DEFAULT_CPU_SECONDS
     memory_bytes: int = GIB
+
+    def wall_guard(self, cpu_seconds: float) -> float:
+        return max(MIN_WALL_GUARD_SECONDS, WALL_GUARD_FACTOR * cpu_seconds)
 
 
 class SandboxError(Exception):
@@ -122,7 +137,7 @@ def _death_reason(returncode: int | None, limits: SandboxLimits) -> str:
     if returncode is not None and returncode < 0:
         number = -returncode
         if number == signal.SIGXCPU:
-            return f"render exceeded its CPU budget of {limits.wall_seconds:g} s"
+            return f"render exceeded its CPU budget of {limits.cpu_seconds:g} s"
         if number in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT):
             return f"sandbox process died (signal {number}), likely past {_gib(limits)} of memory"
         return f"sandbox process died (signal {number})"
@@ -181,13 +196,23 @@ class SandboxPool:
                 self._workers.remove(worker)
             self.restarts += 1
 
-    def run(self, job: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
-        """Run one job on a free worker; raises SandboxError with the reason if it cannot finish."""
+    def run(
+        self,
+        job: dict[str, Any],
+        cpu_seconds: float | None = None,
+        *,
+        wall_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Run one job on a free worker; raises SandboxError with the reason if it cannot finish.
+
+        `cpu_seconds` is the job's budget of CPU time; `wall_seconds` a guard against a worker
+        that stops answering (default: far above the budget)."""
         if self._closed:
             raise SandboxError("sandbox pool is closed")
         if os.getpid() != self._pid:
             raise SandboxError("sandbox pool used from a forked process; start one per process")
-        wall = wall_seconds or self.limits.wall_seconds
+        cpu = cpu_seconds or self.limits.cpu_seconds
+        wall = wall_seconds or self.limits.wall_guard(cpu)
         job_id = next(self._job_ids)
         worker = self._idle.get()
         try:
@@ -195,7 +220,7 @@ class SandboxPool:
                 worker = self._spawn()
             try:
                 answer = worker.request(
-                    {**job, "id": job_id, "cpu_seconds": wall + 1}, time.monotonic() + wall
+                    {**job, "id": job_id, "cpu_seconds": cpu}, time.monotonic() + wall
                 )
             except BaseException:
                 # Interrupted mid-job (a Celery soft time limit, KeyboardInterrupt): the worker
@@ -212,7 +237,7 @@ class SandboxPool:
                 self._discard(worker)
                 worker = None
                 if returncode is None:
-                    raise SandboxError(f"render exceeded {wall:g} s")
+                    raise SandboxError(f"the sandbox did not answer within {wall:g} s")
                 raise SandboxError(_death_reason(returncode, self.limits))
             if answer.get("exit"):
                 self._discard(worker)

@@ -55,8 +55,34 @@ def limit_memory(max_bytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
 
 
+class CpuBudgetExceeded(BaseException):
+    """Raised in the render by SIGPROF when the job used its CPU budget. A BaseException, so
+    the engine's own `except Exception` around a render cannot swallow it."""
+
+
+def _budget_spent(signum: int, frame: object) -> None:
+    raise CpuBudgetExceeded
+
+
+def start_cpu_budget(seconds: float) -> None:
+    """Interrupt this job after `seconds` of this process's CPU time (user + system): CPU time,
+    not wall time, so the verdict is the same on an idle and on a loaded machine."""
+    signal.signal(signal.SIGPROF, _budget_spent)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+
+
+def _cpu_time() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def stop_cpu_budget() -> None:
+    signal.setitimer(signal.ITIMER_PROF, 0)
+
+
 def limit_cpu(seconds: float) -> None:
-    """Allow this job `seconds` of CPU from now: the kernel kills a job that loops past it."""
+    """Backstop: the kernel kills a job whose CPU runs past `seconds` from now (a render stuck in
+    C code, where the budget's signal cannot interrupt it)."""
     if seconds <= 0:
         return
     used = resource.getrusage(resource.RUSAGE_SELF)
@@ -102,9 +128,18 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
     stdout.flush()
     for line in stdin:
         job = json.loads(line)
-        limit_cpu(float(job.get("cpu_seconds", 0)))
+        budget = float(job.get("cpu_seconds", 0))
+        limit_cpu(2 * budget + 1)
+        started = _cpu_time()
         try:
-            answer = handle(job, templates, tokenizers)
+            if budget > 0:
+                start_cpu_budget(budget)
+            try:
+                answer = handle(job, templates, tokenizers)
+            finally:
+                stop_cpu_budget()
+        except CpuBudgetExceeded:
+            answer = {"ok": False, "error": f"render exceeded its CPU budget of {budget:g} s"}
         except MemoryError:
             # Memory may be fragmented past use: answer, then let the parent start a fresh worker.
             answer = {"ok": False, "error": "template used more memory than allowed", "exit": True}
@@ -113,6 +148,7 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - any failure becomes an error verdict upstream
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
         answer["id"] = job.get("id")
+        answer["cpu_used"] = round(_cpu_time() - started, 4)
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
         if answer.get("exit"):

@@ -154,7 +154,9 @@ def _render(
         index=location.pair.index,
     )
     try:
-        return render_pair(source, pair, pool=_pool(), wall_seconds=RENDER_SECONDS)
+        return render_pair(
+            source, pair, pool=_pool(), cpu_seconds=RENDER_SECONDS, wall_seconds=4 * RENDER_SECONDS
+        )
     except SandboxError as exc:  # a limit broken: the page says which, the server goes on
         raise PairUnavailable(str(exc)) from exc
 

@@ -70,7 +70,7 @@ def run_engine(run: CheckRun) -> dict[str, Any]:
         tokenizer_json=tokenizer_json,
         pool=sandbox_pool(),
         cache=None,
-        wall_seconds=settings.CHECK_WALL_SECONDS,
+        cpu_seconds=settings.CHECK_CPU_SECONDS,
     ).to_dict()
     if skipped:
         # Said on the page, so nobody takes a bytes-only verdict for a token-level one.

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from registry import pipeline
+from registry import jobs, pipeline
 from registry.models import (
     CheckRun,
     CheckStatus,
@@ -19,6 +20,7 @@ from registry.models import (
     HubModel,
     Lease,
     ModelEvent,
+    OutboxMessage,
     TemplateChange,
     Verdict,
 )
@@ -26,6 +28,7 @@ from registry.tasks import dispatch_template_changes, run_check
 from tests.pipeline_data import SAFE_TEMPLATE, SLOW_PREFIX, UNSAFE_TEMPLATE, add_model
 from tests.tcpproxy import TcpProxy
 from tests.workerproc import wait_for
+from workers.celery import app
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -127,7 +130,7 @@ def test_a_template_past_its_limits_ends_as_error_and_the_worker_goes_on(
     hostile = add_model("org/hostile", "{% for i in range(99999) %}{% for j in range(99999) %}"
                         "{% endfor %}{% endfor %}")  # fmt: skip
     good = add_model("org/good", SAFE_TEMPLATE.replace("helpful", "good"))
-    celery_workers(extra_env={"CHECK_WALL_SECONDS": "2"})
+    celery_workers(extra_env={"CHECK_CPU_SECONDS": "2"})
     dispatch_template_changes.delay()
     wait_for(all_checked, 90, "both verdicts")
     hostile.refresh_from_db()
@@ -152,7 +155,7 @@ def test_worker_survives_a_broker_outage_and_finishes_the_queued_work(celery_wor
     assert "Connection to broker lost" in worker.log() or "Cannot connect" in worker.log()
 
 
-def test_an_enqueue_lost_to_a_broker_outage_is_sent_again_by_the_sweeper(
+def test_an_enqueue_lost_to_a_broker_outage_is_sent_when_the_broker_is_back(
     celery_workers: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kombu.exceptions import OperationalError
@@ -166,12 +169,13 @@ def test_an_enqueue_lost_to_a_broker_outage_is_sent_again_by_the_sweeper(
         pipeline.dispatch_template_changes()  # must not raise; the run stays pending in Postgres
     run = CheckRun.objects.get()
     assert run.status == CheckStatus.PENDING
-    CheckRun.objects.filter(pk=run.pk).update(
-        created_at=run.created_at - pipeline.RESEND_PENDING_AFTER * 2
-    )
+    [kept] = OutboxMessage.objects.all()
+    assert (kept.task, kept.args) == ("workers.run_check", [run.pk])
 
     celery_workers()
-    assert pipeline.resend_stalled_checks() == 1
+    # The outbox's beat job, once the broker is back (rows younger than 10 s are left alone).
+    OutboxMessage.objects.update(created_at=kept.created_at - timedelta(minutes=1))
+    assert jobs.flush_outbox(app.send_task) == 1
     wait_for(lambda: HubModel.objects.get(pk=model.pk).verdict == Verdict.SAFE, 60, "the resend")
 
 

@@ -143,7 +143,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "workers.beat:RecordingDatabaseScheduler"
 
 # Wall time one template check may take in its sandbox before it ends as an `error` verdict.
-CHECK_WALL_SECONDS = float(env.integer("CHECK_WALL_SECONDS", 10, minimum=1, maximum=300))
+# CPU time, not wall time: a template gets the same verdict on a busy worker as on an idle one.
+CHECK_CPU_SECONDS = float(env.integer("CHECK_CPU_SECONDS", 10, minimum=1, maximum=300))
 
 # The Mac probe worker: prompt sizes (tokens of system prompt), paths, disk budget per model.
 PROBE_PROMPT_SIZES = env.integers("PROBE_PROMPT_SIZES", [0, 1000, 8000])

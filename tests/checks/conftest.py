@@ -45,6 +45,6 @@ def corpus_source(entry: dict[str, Any]) -> TemplateSource:
 
 @pytest.fixture(scope="session")
 def pool() -> Iterator[SandboxPool]:
-    sandbox = SandboxPool(size=2, limits=SandboxLimits(wall_seconds=10.0))
+    sandbox = SandboxPool(size=2, limits=SandboxLimits(cpu_seconds=10.0))
     yield sandbox
     sandbox.close()

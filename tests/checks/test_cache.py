@@ -57,7 +57,7 @@ def test_engine_version_tokenizer_and_options_are_part_of_the_key(
 def test_sandbox_failures_are_not_cached() -> None:
     cache = MemoryResultCache()
     slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-    pool = SandboxPool(size=1, limits=SandboxLimits(wall_seconds=1.0))
+    pool = SandboxPool(size=1, limits=SandboxLimits(cpu_seconds=1.0))
     try:
         report = check_template(slow, pool=pool, cache=cache)
     finally:

@@ -132,7 +132,10 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     assert reports["a.jinja"]["verdict"] == "safe"
     assert reports["b.jinja"]["verdict"] == "unsafe"
     assert reports["loop.jinja"]["verdict"] == "error"
-    assert reports["loop.jinja"]["summary"] == "Could not check this template: render exceeded 2 s."
+    assert (
+        reports["loop.jinja"]["summary"]
+        == "Could not check this template: render exceeded its CPU budget of 2 s."
+    )
     assert reports["broken_tokenizer_config.json"]["verdict"] == "error"
     assert "got int" in reports["broken_tokenizer_config.json"]["summary"]
 

@@ -14,12 +14,12 @@ from checks.rendering import CheckEnvironment
 from checks.reports import ERROR, SAFE
 from tests.checks.conftest import CHATML
 
-WALL = 3.0
+WALL = 3.0  # CPU seconds
 
 
 @pytest.fixture(scope="module")
 def hostile_pool() -> Iterator[SandboxPool]:
-    pool = SandboxPool(size=1, limits=SandboxLimits(wall_seconds=WALL, memory_bytes=1024**3))
+    pool = SandboxPool(size=1, limits=SandboxLimits(cpu_seconds=WALL, memory_bytes=1024**3))
     yield pool
     pool.close()
 
@@ -67,19 +67,18 @@ def test_hostile_template_becomes_an_error_verdict(
     verdict, why, elapsed = check(hostile_pool, template)
     assert verdict == ERROR, name
     assert reason in why, why
-    assert elapsed < WALL + 3
 
 
-def test_infinite_loop_is_stopped_at_the_wall_time(hostile_pool: SandboxPool) -> None:
+def test_infinite_loop_is_stopped_at_its_cpu_budget(hostile_pool: SandboxPool) -> None:
     restarts = hostile_pool.restarts
     verdict, why, elapsed = check(
         hostile_pool,
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
     )
     assert verdict == ERROR
-    assert why == f"render exceeded {WALL:g} s"
-    assert WALL <= elapsed < WALL + 3
-    assert hostile_pool.restarts == restarts + 1
+    assert why == f"render exceeded its CPU budget of {WALL:g} s"
+    assert elapsed >= WALL  # CPU time cannot pass faster than the clock
+    assert hostile_pool.restarts == restarts  # interrupted in Python: the worker lives on
 
 
 def test_pool_keeps_working_after_hostile_jobs(hostile_pool: SandboxPool) -> None:

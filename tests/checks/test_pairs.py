@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ SLOW_LATER = (
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SandboxPool]:
-    pool = SandboxPool(size=1, limits=SandboxLimits(wall_seconds=2.0))
+    pool = SandboxPool(size=1, limits=SandboxLimits(cpu_seconds=2.0))
     yield pool
     pool.close()
 
@@ -62,9 +61,8 @@ def test_a_pair_that_does_not_exist_is_unavailable(pool: SandboxPool) -> None:
 
 def test_a_template_that_loops_is_stopped_and_the_pool_goes_on(pool: SandboxPool) -> None:
     source = TemplateSource({"default": SLOW_LATER})
-    started = time.monotonic()
-    with pytest.raises(SandboxError, match="exceeded"):
+    # Stopped by its CPU budget (2 s of the worker's CPU), however busy the machine is.
+    with pytest.raises(SandboxError, match="exceeded its CPU budget of 2 s"):
         render_pair(source, pair(), pool=pool)
-    assert time.monotonic() - started < 10
     data = render_pair(TemplateSource({"default": MARKER}), pair(), pool=pool)
     assert data["after"]

@@ -13,8 +13,16 @@ from typing import Any
 
 import pytest
 
-from checks import SandboxPool, check_template, sandbox
-from checks.reports import SAFE, UNSAFE
+from checks import (
+    CheckOptions,
+    SandboxLimits,
+    SandboxPool,
+    TemplateSource,
+    check_template,
+    sandbox,
+    sandbox_job,
+)
+from checks.reports import ERROR, SAFE, UNSAFE
 from tests.checks.conftest import CHATML
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +93,7 @@ pool = checks.SandboxPool(size=1)
 if {spawned_from == "main thread"!r}:
     checks.check_template({CHATML!r}, pool=pool, cache=None)  # the worker starts here
 threading.Thread(
-    target=lambda: checks.check_template({slow!r}, pool=pool, cache=None, wall_seconds=120),
+    target=lambda: checks.check_template({slow!r}, pool=pool, cache=None, cpu_seconds=120),
     daemon=True,
 ).start()
 while not pool._workers:
@@ -173,7 +181,7 @@ def test_an_interrupted_job_never_answers_the_next_one(monkeypatch: pytest.Monke
         with monkeypatch.context() as patch:
             patch.setattr(sandbox._Worker, "request", send_then_interrupt)
             with pytest.raises(Interrupted):
-                check_template(SLOW, pool=pool, cache=None, wall_seconds=30)
+                check_template(SLOW, pool=pool, cache=None, cpu_seconds=30)
         signal.setitimer(signal.ITIMER_REAL, 0)
         assert first.process.poll() is not None, "the interrupted worker was left running"
         report = check_template(MARKER, pool=pool, cache=None)
@@ -209,3 +217,45 @@ def test_an_interrupt_during_worker_start_up_leaves_no_process(
         pool.close()
     assert report.verdict == UNSAFE
     assert pool.restarts == 1
+
+
+def busy_cores(count: int) -> list[subprocess.Popen[bytes]]:
+    """Processes that keep `count` cores busy (a loaded worker machine), bounded in time."""
+    loop = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count)]
+
+
+def test_the_same_verdict_on_an_idle_and_on_a_loaded_machine() -> None:
+    """The budget is the worker's CPU time: a template just under it is checked on a machine
+    whose cores are all busy exactly as on an idle one, and one over it fails on both."""
+    heavy = "{% for i in range(4000) %}{% for j in range(400) %}{% endfor %}{% endfor %}"
+    template = heavy + CHATML
+    probe = SandboxPool(size=1, limits=SandboxLimits(cpu_seconds=120))
+    try:
+        used = probe.run(
+            sandbox_job(TemplateSource({"default": template}), "t", CheckOptions(), None)
+        )["cpu_used"]
+    finally:
+        probe.close()
+    under = SandboxLimits(cpu_seconds=round(used * 1.6 + 0.5, 1))
+    over = SandboxLimits(cpu_seconds=max(0.2, round(used * 0.4, 1)))
+
+    def verdicts() -> tuple[str, str]:
+        found = []
+        for limits in (under, over):
+            pool = SandboxPool(size=1, limits=limits)
+            try:
+                found.append(check_template(template, pool=pool, cache=None).verdict)
+            finally:
+                pool.close()
+        return found[0], found[1]
+
+    idle = verdicts()
+    hogs = busy_cores(os.cpu_count() or 2)
+    try:
+        loaded = verdicts()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert idle == loaded == (SAFE, ERROR), (used, idle, loaded)
