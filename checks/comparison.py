@@ -190,17 +190,25 @@ def compare_pair(pair: PairInput) -> RequestPair:
         )
         return result("fail", GENERATION_PROMPT, detail, divergence, offset)
     problem = _reply_check(pair)
-    if problem is not None:
+    seam = (
+        prompt_tokens is not None and token_index is not None and token_index < len(prompt_tokens)
+    )
+    if problem is not None and (problem[0] == "fail" or not seam):
         status, detail, reply_offset = problem
         at = len(prompt) + reply_offset
         divergence = _divergence(pair, at if status == "warn" else len(prompt), len(prompt), None)
         return result(status, ASSISTANT_OUTPUT, detail, divergence, at)
-    if prompt_tokens is not None and token_index is not None and token_index < len(prompt_tokens):
+    if seam:
+        # Checked even when the reply is only reframed (a warning): bytes history adds after the
+        # generation prompt, such as a '\n', are exactly what merges across the seam, and a
+        # broken token prefix costs the re-prefill whatever the model emits.
         divergence = _divergence(pair, len(prompt), len(prompt), token_index)
         detail = (
             f"bytes match but tokens do not: token {token_index} of request {pair.index} "
             "merges across the seam with what follows"
         )
+        if problem is not None:
+            detail += f" (and {problem[1]})"
         return result("fail", TOKEN_SEAM, detail, divergence, len(prompt))
     reply_end = len(prompt)
     content = pair.reply.get("content") or ""

@@ -10,8 +10,8 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import jinja2
@@ -33,7 +33,7 @@ from checks.conversations import (
     with_string_arguments,
     without_reasoning,
 )
-from checks.policy import PRIMARY_KWARGS
+from checks.policy import CLOCK_DETAIL, PRIMARY_KWARGS
 from checks.rendering import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_NOW,
@@ -43,7 +43,15 @@ from checks.rendering import (
     render,
     template_context,
 )
-from checks.reports import ERROR, Finding, SessionResult, TemplateReport, VariantResult
+from checks.reports import (
+    ERROR,
+    HISTORY,
+    Finding,
+    RequestPair,
+    SessionResult,
+    TemplateReport,
+    VariantResult,
+)
 from checks.seedcheck import run_seed_check
 from checks.sources import TemplateSource
 from checks.variants import (
@@ -56,7 +64,14 @@ from checks.variants import (
     thinking_kwargs,
 )
 
-ENGINE_VERSION = "1.0.0"
+ENGINE_VERSION = "1.1.0"
+
+# How far the clock moves between request k and k+1 of a session. A real agent loop's requests
+# are minutes apart, so a template writing the time of day (`strftime_now('%H:%M')`) changes its
+# prefix on every request; a pinned clock would hide that. Minutes, seconds and (from the default
+# 09:30 start) the hour all change within a session, the date does not: a date-only format is
+# stable within a day, and the date finding says it changes at midnight.
+CLOCK_STEP = timedelta(minutes=17, seconds=13)
 
 
 class FatalTemplateError(Exception):
@@ -89,6 +104,7 @@ class RenderCall:
     tools: tuple[dict[str, Any], ...] | None
     add_generation_prompt: bool
     kwargs: tuple[tuple[str, Any], ...]
+    now: datetime = DEFAULT_NOW  # what strftime_now read
 
 
 def describe_error(exc: BaseException) -> str:
@@ -129,6 +145,8 @@ class Renderer:
     observer: Callable[[RenderCall], None] | None = None
     tokens: Callable[[str], list[int]] | None = None
     profiles: dict[str, ReasoningProfile] = field(default_factory=dict)
+    # Named templates that call strftime_now: only their renders depend on the clock tick.
+    clocked: set[str] = field(default_factory=set)
     _memo: dict[tuple[Any, ...], str | RenderFailed] = field(default_factory=dict)
     _spans: dict[tuple[Any, ...], tuple[int, list[Span]]] = field(default_factory=dict)
     renders: int = 0
@@ -165,35 +183,52 @@ class Renderer:
             kwargs=variant.kwargs_dict,
         )
 
+    def _tick(self, name: str, tick: int) -> int:
+        """The tick that matters: always 0 for a template that never reads the clock, so its
+        renders are shared across the requests of every session."""
+        return tick if name in self.clocked else 0
+
+    def _set_clock(self, tick: int) -> datetime:
+        now = self.options.now + tick * CLOCK_STEP
+        self.templates.environment.now = now
+        return now
+
     def render(
         self,
         variant: Variant,
         messages: tuple[dict[str, Any], ...],
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
+        tick: int = 0,
     ) -> str:
+        """Render with the clock at `tick` steps of CLOCK_STEP past the options' clock."""
+        name = self.resolve(variant, tools)
+        tick = self._tick(name, tick)
         key = (
             variant,
             _key(messages),
             tools is not None and _key(tuple(tools)),
             add_generation_prompt,
+            tick,
         )
         cached = self._memo.get(key)
         if cached is None:
+            now = self._set_clock(tick)
             if self.observer is not None:
                 self.observer(
                     RenderCall(
-                        self.resolve(variant, tools),
+                        name,
                         messages,
                         None if tools is None else tuple(tools),
                         add_generation_prompt,
                         variant.kwargs,
+                        now,
                     )
                 )
             self.renders += 1
             try:
                 cached = render(
-                    self.template(self.resolve(variant, tools)),
+                    self.template(name),
                     self.context(variant, messages, tools, add_generation_prompt),
                     self.options.max_output_chars,
                 )
@@ -217,15 +252,17 @@ class Renderer:
         messages: tuple[dict[str, Any], ...],
         tools: list[dict[str, Any]] | None,
         until: int,
+        tick: int = 0,
     ) -> list[Span]:
         """Attribution of the render up to character `until` (rendering stops there)."""
         # Keyed by the text: variants that render the same bytes share one attribution.
-        text = self.render(variant, messages, tools, True)
+        text = self.render(variant, messages, tools, True, tick)
         name = self.resolve(variant, tools)
         key = (name, text, tools is not None)
         cached = self._spans.get(key)
         if cached is not None and cached[0] >= until:
             return cached[1]
+        self._set_clock(self._tick(name, tick))
         context = self.context(variant, messages, tools, True)
         try:
             _, spans = render_with_spans(
@@ -318,7 +355,11 @@ def run_session(
     for form in forms:
         messages = with_string_arguments(base) if form == "string" else base
         try:
-            prompts = [renderer.render(variant, messages[:end], tools, True) for end in ends]
+            # Request k is sent k clock steps after the first (see CLOCK_STEP).
+            prompts = [
+                renderer.render(variant, messages[:end], tools, True, tick)
+                for tick, end in enumerate(ends)
+            ]
         except RenderFailed as exc:
             errors.append(f"{form} arguments: {exc}" if has_calls else str(exc))
             continue
@@ -337,9 +378,9 @@ def run_session(
         request, next_request = messages[: ends[k]], messages[: ends[k + 1]]
         reply = messages[ends[k]]
 
-        def history(request: tuple[dict[str, Any], ...] = request) -> str:
+        def history(request: tuple[dict[str, Any], ...] = request, tick: int = k) -> str:
             try:
-                return renderer.render(variant, request, tools, False)
+                return renderer.render(variant, request, tools, False, tick)
             except RenderFailed:
                 return ""
 
@@ -347,10 +388,11 @@ def run_session(
             until: int,
             request: tuple[dict[str, Any], ...] = request,
             next_request: tuple[dict[str, Any], ...] = next_request,
+            tick: int = k,
         ) -> tuple[list[Span], list[Span]]:
             return (
-                renderer.spans(variant, request, tools, until),
-                renderer.spans(variant, next_request, tools, until),
+                renderer.spans(variant, request, tools, until, tick),
+                renderer.spans(variant, next_request, tools, until, tick + 1),
             )
 
         reasons_here = False
@@ -358,25 +400,60 @@ def run_session(
             generation_prompt = prompts[k][common_prefix(history(), prompts[k]) :]
             reasons_here = not generation_prompt_closes_thinking(generation_prompt)
         pairs.append(
-            compare_pair(
-                PairInput(
-                    session=session.name,
-                    index=k + 1,
-                    prompt=prompts[k],
-                    next_prompt=prompts[k + 1],
-                    reply=reply,
-                    model_reasons=reasons_here,
-                    check_tool_calls=renderer.profiles[
-                        renderer.resolve(variant, tools)
-                    ].reads_tool_calls,
-                    history=history,
-                    spans=spans,
-                    tokens=renderer.tokens,
-                )
+            _blame_clock(
+                renderer,
+                variant,
+                prompts[k],
+                next_request,
+                tools,
+                k,
+                compare_pair(
+                    PairInput(
+                        session=session.name,
+                        index=k + 1,
+                        prompt=prompts[k],
+                        next_prompt=prompts[k + 1],
+                        reply=reply,
+                        model_reasons=reasons_here,
+                        check_tool_calls=renderer.profiles[
+                            renderer.resolve(variant, tools)
+                        ].reads_tool_calls,
+                        history=history,
+                        spans=spans,
+                        tokens=renderer.tokens,
+                    )
+                ),
             )
         )
     error = "; ".join(errors) if errors and form != "dict" else None
     return SessionResult(session.name, True, form, error, len(ends), tuple(pairs))
+
+
+def _blame_clock(
+    renderer: Renderer,
+    variant: Variant,
+    prompt: str,
+    next_request: tuple[dict[str, Any], ...],
+    tools: list[dict[str, Any]] | None,
+    k: int,
+    pair: RequestPair,
+) -> RequestPair:
+    """Say so when a history break is the clock: with request k+1 rendered at request k's time
+    the divergence moves later or goes away. The cause stays `history` (the prefix really breaks
+    on every request); the detail names the time in the prompt."""
+    name = renderer.resolve(variant, tools)
+    div = pair.divergence
+    if pair.cause != HISTORY or div is None or name not in renderer.clocked:
+        return pair
+    try:
+        same_clock = renderer.render(variant, next_request, tools, True, k)
+    except RenderFailed:
+        return pair
+    if common_prefix(prompt, same_clock) <= div.char_offset:
+        return pair  # at one time the prefix breaks at the same byte: not the clock's doing
+    lines = ", ".join(map(str, dict.fromkeys(div.lines_before + div.lines_after)))
+    where = f" (template line {lines})" if lines else ""
+    return replace(pair, detail=f"{CLOCK_DETAIL}{where}")
 
 
 def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
@@ -414,8 +491,21 @@ def error_report(
     )
 
 
-def _date_note(found: tuple[Finding, ...]) -> str:
-    """Dates are the caller's clock, not a render difference: say so beside the verdict."""
+def _date_note(found: tuple[Finding, ...], variants: tuple[VariantResult, ...]) -> str:
+    """Dates are the caller's clock, not a render difference: say so beside the verdict.
+
+    The time of day is a render difference (request k+1 comes minutes after request k): when a
+    pair broke on it, say that the time is in the prompt and where."""
+    for variant in variants:
+        for session in variant.sessions:
+            for pair in session.pairs:
+                if pair.detail.startswith(CLOCK_DETAIL):
+                    where = pair.detail[len(CLOCK_DETAIL) :].strip(" ()")
+                    return (
+                        f" The prompt includes the current time ({where or 'strftime_now'}): "
+                        "it changes between requests, so the cached prefix stops matching there "
+                        "on every request."
+                    )
     for finding in found:
         if finding.kind == findings.DATE_DEPENDENT:
             lines = ", ".join(map(str, finding.lines))
@@ -464,6 +554,7 @@ def run_check(
     except jinja2.TemplateSyntaxError as exc:
         reason = f"template syntax error at line {exc.lineno}: {exc.message}"
         return error_report(source, file, reason, started, tokenizer_sha)
+    renderer.clocked |= {name for name, ast in asts.items() if findings.reads_clock(ast)}
     for name, ast in asts.items():
         switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
         renderer.profiles[name] = ReasoningProfile(
@@ -505,7 +596,7 @@ def run_check(
         sha256=source.sha256,
         engine_version=ENGINE_VERSION,
         verdict=verdict,
-        summary=policy.summarize(verdict, variants) + _date_note(linked),
+        summary=policy.summarize(verdict, variants) + _date_note(linked, variants),
         reason=policy.error_reason(variants) if verdict == ERROR else None,
         template_names=source.names,
         kwargs_read=tuple(read),

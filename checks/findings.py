@@ -24,6 +24,9 @@ _MARKER_NAME = re.compile(r"last|latest|final", re.IGNORECASE)
 _THINK_TEXT = re.compile(r"think|reasoning", re.IGNORECASE)
 # Dates the caller may pass; a template falling back to a fixed default stays stable without one.
 _CALLER_DATE_NAMES = {"date_string", "current_date", "today_date"}
+# strftime directives finer than a day (hour, minute, second, AM/PM, locale time, epoch
+# seconds), with glibc's optional flags (`%-H`): the prompt then changes between requests.
+_TIME_OF_DAY = re.compile(r"%[-_0^#]*[HIklMSpPXcfTRrs]")
 
 MOVING_MARKER = "moving_marker"
 LOOP_POSITION_GATING = "loop_position_gating"
@@ -31,6 +34,7 @@ THINKING_STRIPPED = "thinking_stripped"
 THINKING_INJECTED = "thinking_injected"
 MOVED_TO_LATER_MESSAGE = "moved_to_later_message"
 DATE_DEPENDENT = "date_dependent"
+TIME_DEPENDENT = "time_dependent"
 CALLER_DATE = "caller_date"
 RAISES = "raise_exception"
 
@@ -265,14 +269,53 @@ def _moved_blocks(ast: nodes.Template) -> list[_Draft]:
     return drafts
 
 
+def reads_clock(ast: nodes.Template) -> bool:
+    """Does the template call (or otherwise reach) strftime_now?"""
+    return any(n.name == "strftime_now" for n in find(ast, nodes.Name))
+
+
+def _clock_formats(ast: nodes.Template) -> tuple[dict[int, str], set[int]]:
+    """strftime_now formats finer than a day, by line; and the lines of every other use."""
+    timed: dict[int, str] = {}
+    other: set[int] = set()
+    called: set[int] = set()
+    for call in find(ast, nodes.Call):
+        if not (isinstance(call.node, nodes.Name) and call.node.name == "strftime_now"):
+            continue
+        called.add(id(call.node))
+        fmt = call.args[0] if call.args else None
+        if isinstance(fmt, nodes.Const) and isinstance(fmt.value, str):
+            if _TIME_OF_DAY.search(fmt.value):
+                timed.setdefault(call.lineno, fmt.value)
+            else:
+                other.add(call.lineno)
+        else:
+            # A format chosen at render time may hold a time: the dynamic check decides.
+            other.add(call.lineno)
+    for name in find(ast, nodes.Name):
+        if name.name == "strftime_now" and id(name) not in called:
+            other.add(name.lineno)
+    return timed, other - set(timed)
+
+
 def _dates(ast: nodes.Template) -> list[_Draft]:
     drafts = []
-    clock = sorted({n.lineno for n in find(ast, nodes.Name) if n.name == "strftime_now"})
+    timed, clock = _clock_formats(ast)
+    if timed:
+        formats = ", ".join(repr(f) for f in dict.fromkeys(timed.values()))
+        drafts.append(
+            _Draft(
+                TIME_DEPENDENT,
+                tuple(sorted(timed)),
+                f"strftime_now writes the time of day ({formats}) into the prompt: it changes "
+                "between requests, so the cached prefix stops matching there on every request",
+            )
+        )
     if clock:
         drafts.append(
             _Draft(
                 DATE_DEPENDENT,
-                tuple(clock),
+                tuple(sorted(clock)),
                 "strftime_now writes today's date into the prompt: the cached prefix stops "
                 "matching when the date changes",
             )
@@ -345,8 +388,11 @@ def link_findings(drafts: list[_Draft], variants: tuple[VariantResult, ...]) -> 
                     if pair.status == "pass" or div is None:
                         continue
                     # Dropped reasoning shows where content is written, not where it was split.
-                    by_cause = (draft.kind == THINKING_STRIPPED and "reasoning" in pair.detail) or (
-                        draft.kind == THINKING_INJECTED and pair.cause == GENERATION_PROMPT
+                    by_cause = (
+                        (draft.kind == THINKING_STRIPPED and "reasoning" in pair.detail)
+                        or (draft.kind == THINKING_INJECTED and pair.cause == GENERATION_PROMPT)
+                        # The time may be set on one line and written on another.
+                        or (draft.kind == TIME_DEPENDENT and "strftime_now" in pair.detail)
                     )
                     if by_cause or draft.covers(div.lines_before + div.lines_after):
                         evidence.append(f"{variant.label}: {session.session} pair {pair.index}")

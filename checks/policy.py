@@ -92,8 +92,15 @@ def _same_pairs(variant: VariantResult, pairs: list[RequestPair]) -> list[Reques
     return [p for s in variant.sessions for p in s.pairs if (p.session, p.index) in wanted]
 
 
+# The detail of a history break caused by the clock (engine.CLOCK_STEP): the time of day that
+# strftime_now writes differs between two requests sent minutes apart.
+CLOCK_DETAIL = "the time strftime_now writes changes between requests"
+
+
 def _cause_phrase(pairs: list[RequestPair]) -> str:
     cause, _ = Counter(p.cause for p in pairs).most_common(1)[0]
+    if cause == HISTORY and any(p.detail.startswith(CLOCK_DETAIL) for p in pairs):
+        return CLOCK_DETAIL
     if cause == ASSISTANT_OUTPUT:
         return pairs[[p.cause for p in pairs].index(cause)].detail
     return _CAUSE_TEXT.get(cause or "", "the prompt changes")

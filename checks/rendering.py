@@ -8,6 +8,7 @@ The environment mirrors `transformers/utils/chat_template_utils.py`
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import operator
@@ -177,9 +178,15 @@ class CompiledTemplate:
 
 def compile_parsed(environment: CheckEnvironment, text: str) -> CompiledTemplate:
     """Parse and generate code once: the template, its AST and the names it reads all come
-    from that one pass (jinja2.meta would run the code generator a second time)."""
+    from that one pass (jinja2.meta would run the code generator a second time).
+
+    The code generator's optimizer rewrites the tree it is given in place (it folds
+    `['high', 'low']` into one Const), so it compiles a copy: the AST handed to the analyses
+    (variants, findings) is the template as written. Copying is about half the cost of a
+    second parse; the environment is shared, not copied.
+    """
     ast = environment.parse(text)
-    source = environment.compile(ast, raw=True)
+    source = environment.compile(copy.deepcopy(ast, {id(environment): environment}), raw=True)
     code = compile(source, "<template>", "exec")
     globals_ = environment.make_globals(None)
     template = environment.template_class.from_code(environment, code, globals_, None)

@@ -6,6 +6,7 @@ reads `enable_thinking` gets one variant, not three.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -104,7 +105,10 @@ def kwargs_read(ast: nodes.Template) -> list[str]:
     if known is not None and known[0] is ast:
         undeclared = set(known[1]) - PROVIDED_NAMES
     else:
-        undeclared = jinja2.meta.find_undeclared_variables(ast) - PROVIDED_NAMES
+        # jinja2.meta runs the code generator, whose optimizer folds constants in the tree it
+        # walks (`['high', 'low']` becomes one Const): give it a copy, keep `ast` as written.
+        copied = copy.deepcopy(ast, {id(ast.environment): ast.environment})
+        undeclared = jinja2.meta.find_undeclared_variables(copied) - PROVIDED_NAMES
     internal = _assigned(ast) - _expected_from_caller(ast)
     read = sorted(undeclared - internal)
     if len(_READ_CACHE) > 512:
@@ -204,7 +208,7 @@ def thinking_kwargs(ast: nodes.Template) -> list[str]:
     return sorted(names, key=lambda name: name != "enable_thinking")
 
 
-# Enough for every template seen so far (the most needs 9); bounds the work a stranger can ask for.
+# Enough for every template seen so far (the most needs 10); bounds the work a stranger can ask for.
 MAX_VARIANTS = 16
 
 

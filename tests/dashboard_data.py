@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from checks import ENGINE_VERSION
 from registry.demo import DEMO_DIR, seed_demo_catalog
 from registry.models import (
     CheckRun,
@@ -111,7 +112,7 @@ def build_catalog() -> Catalog:
     version = pending.current_snapshot.default_template  # type: ignore[union-attr]
     CheckRun.objects.create(
         template_version=version,
-        engine_version="1.0.0",
+        engine_version=ENGINE_VERSION,
         status=CheckStatus.RUNNING,
         progress=40,
         started_at=now,

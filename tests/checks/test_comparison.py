@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
 from checks import SandboxPool, check_template
 from checks.comparison import common_prefix
@@ -171,3 +171,53 @@ def test_token_seam_where_bytes_match(newline_merging_tokenizer: str, pool: Sand
     chat = list(report.variants)[0].sessions[0]
     assert chat.session == "chat" and all(p.status == "pass" for p in chat.pairs)
     assert all(p.token_reusable_share is not None for p in chat.pairs)
+
+
+# History writes a "\n" before the reply that the generation prompt does not end with: a warning
+# on bytes, and with a vocabulary where "\n\n" is one token, a broken token prefix too.
+NEWLINE_BEFORE_REPLY = """{%- for m in messages -%}
+{{ '<|im_start|>' + m.role + '\\n' }}{% if m.role == 'assistant' %}{{ '\\n' }}{% endif %}
+{{- m.content + '<|im_end|>\\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif -%}
+"""
+
+
+def test_token_seam_is_checked_on_a_pair_that_only_warns() -> None:
+    # Runs of newlines are one pre-token, as in Qwen's pre-tokenizer: "\n" + "\n" is one token.
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\s*[\r\n]+|\s+|[^\s]+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(
+        ["assistant\n\nIt is sunny.\n\n", "user\n\nhello\n\n"] * 50, trainer
+    )
+    assert tokenizer.encode("x\n\nIt").tokens[1] == "ĊĊ"
+
+    def tokens(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    source = TemplateSource({"default": NEWLINE_BEFORE_REPLY})
+    without = run_check(source, TemplateCache(CheckEnvironment()))
+    # Bytes alone: the added "\n" is only a reframed reply.
+    assert (pair(without, "chat", 1).status, pair(without, "chat", 1).cause) == (
+        "warn",
+        ASSISTANT_OUTPUT,
+    )
+    report = run_check(source, TemplateCache(CheckEnvironment()), tokens=tokens)
+    result = pair(report, "chat", 1)
+    assert (result.status, result.cause) == ("fail", TOKEN_SEAM)
+    assert result.detail.endswith(
+        "(and history writes '\\n' before the reply, not part of the prompt)"
+    )
+    divergence = result.divergence
+    assert divergence is not None and divergence.token_index is not None
+    assert report.verdict == UNSAFE
