@@ -37,6 +37,8 @@ LIST_FIELDS = (
     "is_demo",
     "status",
     "last_template_change_at",
+    "last_synced_at",
+    "sync_error",
     "catalog_verdict__thinking",
     "catalog_verdict__thinking_off",
     "catalog_verdict__thinking_on",

@@ -24,7 +24,7 @@ from registry.verdicts import latest_check
 from workers.health import cached_status
 from workers.models import WorkerHeartbeat
 
-from . import badges, history
+from . import badges, history, status
 from .catalog import (
     HYBRID_CHOICES,
     PAGE_SIZE,
@@ -129,7 +129,11 @@ def model_context(
     """Everything the model page and its live partials show."""
     check = latest_check(snapshot.default_template) if snapshot else None
     view = ReportView.build(snapshot.default_template, check) if snapshot else None
-    sentence = model_sentence(model, view)
+    line = status.status_line(model, check, has_template=snapshot is not None)
+    # Without a template the verdict sentence can only say why there is none: the sync's words
+    # ("the Hub could not be reached …") beat the raw status reason or "no template found".
+    sync_said = view is None and bool(line.sync.sentence)
+    sentence = line.sync.sentence if sync_said else model_sentence(model, view)
     sync_since = sync_since or sync_requested_at(request)
     return {
         **probe_context(request, model),
@@ -137,6 +141,8 @@ def model_context(
         "check": check,
         "view": view,
         "sentence": sentence,
+        "status_line": line,
+        "sync_said": sync_said,
         # Poll while a check (or the first sync) is under way; the last answer stops polling.
         "polling": view.checking if view else model.status == ModelStatus.PENDING,
         "sync_since": sync_since,
