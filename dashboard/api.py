@@ -446,6 +446,31 @@ def openapi(request: HttpRequest) -> OpenAPISchema:
     return api.get_openapi_schema()
 
 
+@api.get(
+    "/api/",
+    response={200: dict[str, Any]},
+    url_name="api_index",
+    operation_id="getApiIndex",
+    summary="Where everything is: the docs, the schema, and every operation",
+)
+def index(request: HttpRequest) -> dict[str, Any]:
+    schema = api.get_openapi_schema()
+    operations = [
+        {
+            "method": method.upper(),
+            "path": path,
+            "summary": str(operation.get("summary", "")),
+        }
+        for path, methods in schema["paths"].items()
+        for method, operation in methods.items()
+    ]
+    return {
+        "docs": request.build_absolute_uri(reverse("dashboard:api_docs")),
+        "openapi": request.build_absolute_uri(reverse("dashboard:openapi")),
+        "operations": operations,
+    }
+
+
 @api.get("/api/docs", url_name="api_docs", include_in_schema=False)
 def docs(request: HttpRequest) -> HttpResponse:
     """The schema for people (Swagger UI). An HTML page, so not an operation of the schema."""

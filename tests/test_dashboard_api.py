@@ -134,6 +134,7 @@ def openapi_examples(catalog: Catalog) -> dict[str, str]:
 
 
 OPERATIONS = {
+    ("get", "/api/"),
     ("get", "/api/models"),
     ("post", "/api/models"),
     ("get", "/api/models/{org}/{name}"),

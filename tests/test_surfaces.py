@@ -72,3 +72,12 @@ def test_healthz_503_while_starting_is_logged_at_info(
         assert client.get("/healthz").status_code == 503
     [record] = [r for r in caplog.records if r.name == "django.request"]
     assert record.levelname == "INFO"
+
+
+def test_the_api_has_an_index_and_the_nav_opens_its_docs(client: Client, catalog: Catalog) -> None:
+    index = client.get("/api/").json()
+    assert index["docs"].endswith("/api/docs") and index["openapi"].endswith("/api/openapi.json")
+    listed = {(op["method"], op["path"]) for op in index["operations"]}
+    assert {("GET", "/api/models"), ("POST", "/api/models"), ("POST", "/hooks/hub")} <= listed
+    assert 'href="/api/docs">API</a>' in client.get("/").content.decode()
+    assert client.get("/api/docs").status_code == 200
