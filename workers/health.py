@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,7 @@ from django.utils import timezone
 from .celery import app
 from .models import HEARTBEAT_STALE_AFTER, BeatTick, WorkerHeartbeat
 
+logger = logging.getLogger(__name__)
 BROKER_TIMEOUT = 2
 #: The banner on every page reuses a status this young instead of asking again.
 CACHE_SECONDS = 10.0
@@ -151,6 +153,8 @@ def _refresh() -> ServiceStatus:
 def _refresh_in_background() -> None:
     try:
         _refresh()
+    except Exception:  # noqa: BLE001 - the banner keeps its last status; the next page retries
+        logger.warning("could not refresh the service status", exc_info=True)
     finally:
         connections.close_all()  # this thread's own connections: none may outlive it
 
