@@ -65,6 +65,10 @@ class PairInput:
     spans: Callable[[int], tuple[list[Span], list[Span]]]  # attribution of P_k, P_k+1 up to n
     tokens: Callable[[str], list[int]] | None = None
     check_tool_calls: bool = True  # False when the template never reads tool_calls
+    #: The reply as the engine holds it after generating: what the template writes for that turn
+    #: after request k's prompt, up to the end-of-turn token (see engine.emitted_reply).
+    emitted: str = ""
+    client_drops_reasoning: bool = False  # the client, not the template, leaves reasoning out
 
 
 def generation_prompt_closes_thinking(generation_prompt: str) -> bool:
@@ -125,6 +129,8 @@ def _reply_check(pair: PairInput) -> tuple[str, str, int] | None:
     if pair.model_reasons and reasoning:
         found = continuation.find(reasoning)
         if found < 0:
+            if pair.client_drops_reasoning:
+                return "fail", "the client does not send back the reasoning the model emitted", 0
             return "fail", "the reasoning the model emitted is dropped from history", 0
         start = found + len(reasoning)
     if not content:
@@ -173,6 +179,8 @@ def compare_pair(pair: PairInput) -> RequestPair:
             next_bytes=next_bytes,
             reusable_share=round(share(reusable), 4),
             token_reusable_share=None if token_share is None else round(token_share, 4),
+            prompt_reuse=status != "fail",
+            reply_reuse=status in ("pass", "warn"),
         )
 
     if offset < len(prompt):
@@ -193,11 +201,6 @@ def compare_pair(pair: PairInput) -> RequestPair:
     seam = (
         prompt_tokens is not None and token_index is not None and token_index < len(prompt_tokens)
     )
-    if problem is not None and (problem[0] == "fail" or not seam):
-        status, detail, reply_offset = problem
-        at = len(prompt) + reply_offset
-        divergence = _divergence(pair, at if status == "warn" else len(prompt), len(prompt), None)
-        return result(status, ASSISTANT_OUTPUT, detail, divergence, at)
     if seam:
         # Checked even when the reply is only reframed (a warning): bytes history adds after the
         # generation prompt, such as a '\n', are exactly what merges across the seam, and a
@@ -210,10 +213,31 @@ def compare_pair(pair: PairInput) -> RequestPair:
         if problem is not None:
             detail += f" (and {problem[1]})"
         return result("fail", TOKEN_SEAM, detail, divergence, len(prompt))
-    reply_end = len(prompt)
-    content = pair.reply.get("content") or ""
-    if content:
-        found = nxt.find(content, len(prompt))
-        if found >= 0:
-            reply_end = found + len(content)
-    return result("pass", None, "", None, reply_end)
+    # The prompt carries over. Does the reply, as the engine holds it?
+    held = prompt + pair.emitted
+    held_end = common_prefix(held, nxt)
+    reply_kept = held_end == len(held)
+    if reply_kept and pair.tokens is not None and next_tokens is not None:
+        held_tokens = pair.tokens(held)
+        reply_kept = common_prefix_tokens(held_tokens, next_tokens) == len(held_tokens)
+    if problem is not None and problem[0] == "fail":
+        _, detail, _ = problem
+        divergence = _divergence(pair, len(prompt), len(prompt), None)
+        return result("reply", ASSISTANT_OUTPUT, detail, divergence, len(prompt))
+    if not reply_kept:
+        at = min(held_end, len(nxt))
+        divergence = _divergence(pair, at, len(prompt), None)
+        emitted_text, history_text = held[at : at + 24], nxt[at : at + 24]
+        detail = (
+            f"history writes the reply differently from how the model emits it: "
+            f"{history_text!r} where the model emitted {emitted_text!r}"
+            if held_end < len(held)
+            else "the reply's bytes are written back, but its last token merges with what follows"
+        )
+        return result("reply", ASSISTANT_OUTPUT, detail, divergence, max(at, len(prompt)))
+    if problem is not None:
+        status, detail, reply_offset = problem
+        at = len(prompt) + reply_offset
+        divergence = _divergence(pair, at, len(prompt), None)
+        return result(status, ASSISTANT_OUTPUT, detail, divergence, at)
+    return result("pass", None, "", None, max(held_end, len(prompt)))

@@ -18,8 +18,10 @@ import jinja2
 
 from checks import findings, policy
 from checks.attribution import Span, render_with_spans
+from checks.clients import PROFILES, REASONING_DROPPED, THINKING_CHUNKS, TYPICAL, ClientProfile
 from checks.comparison import (
     PairInput,
+    byte_length,
     common_prefix,
     compare_pair,
     generation_prompt_closes_thinking,
@@ -52,6 +54,7 @@ from checks.reports import (
     TemplateReport,
     VariantResult,
 )
+from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused
 from checks.seedcheck import run_seed_check
 from checks.sources import TemplateSource
 from checks.variants import (
@@ -60,11 +63,12 @@ from checks.variants import (
     plan_variants,
     reads_field,
     reads_reasoning,
+    reads_thinking_chunks,
     remember_resolved,
     thinking_kwargs,
 )
 
-ENGINE_VERSION = "1.1.0"
+ENGINE_VERSION = "1.2.0"
 
 # How far the clock moves between request k and k+1 of a session. A real agent loop's requests
 # are minutes apart, so a template writing the time of day (`strftime_now('%H:%M')`) changes its
@@ -133,6 +137,7 @@ class ReasoningProfile:
     reads_reasoning: bool
     switches: tuple[str, ...]
     reads_tool_calls: bool
+    reads_thinking_chunks: bool = False
 
 
 @dataclass
@@ -334,26 +339,147 @@ def reasoning_mode(renderer: Renderer, variant: Variant) -> str:
     return REASONING_FREE
 
 
+def emitted_reply(
+    renderer: Renderer,
+    variant: Variant,
+    request: tuple[dict[str, Any], ...],
+    reply: dict[str, Any],
+    tools: list[dict[str, Any]] | None,
+    prompt: str,
+    tick: int,
+    reasons: bool,
+) -> str:
+    """The reply as the engine holds it after generating: what the template writes for that turn
+    after the prompt (a model trained on the template emits that), up to its end-of-turn token.
+
+    The Mac probe forces the same reply in tokens (probe.rendering.forced_reply). Reasoning the
+    model emitted but the template does not write even for the last turn goes first."""
+    reasoning = reply.get("reasoning_content") or ""
+    text = reply.get("content") or ""
+    # Where the reasoning goes in: its field, or (Mistral style) a thinking chunk.
+    forms = [reply]
+    if (
+        reasons
+        and reasoning
+        and renderer.profiles[renderer.resolve(variant, tools)].reads_thinking_chunks
+    ):
+        forms.append(THINKING_CHUNKS.history((reply,))[0])
+    for form in forms:
+        try:
+            turn = renderer.render(variant, (*request, form), tools, False, tick)
+        except RenderFailed:
+            continue
+        text = turn[common_prefix(prompt, turn) :]
+        eos = renderer.source.special_tokens.get("eos_token")
+        if eos and eos in text:
+            text = text[: text.index(eos) + len(eos)]
+        if not reasons or not reasoning or reasoning in text:
+            return text
+    if reasons and reasoning and reasoning not in text:
+        text = reasoning + text
+    return text
+
+
+def _system_end(
+    renderer: Renderer,
+    variant: Variant,
+    request: tuple[dict[str, Any], ...],
+    tools: list[dict[str, Any]] | None,
+    prompt: str,
+    tick: int,
+) -> int:
+    """Where mlx_lm.server's batched path checkpoints the end of the system prompt (chars of
+    `prompt`; 0 for none): only for a request that ends on a user message."""
+    systems = 0
+    while systems < len(request) and request[systems].get("role") == "system":
+        systems += 1
+    if not systems or request[-1].get("role") != "user":
+        return 0
+    try:
+        alone = renderer.render(
+            variant, (*request[:systems], {"role": "user", "content": ""}), tools, False, tick
+        )
+    except RenderFailed:
+        return 0
+    n = common_prefix(alone, prompt)
+    # The server takes the first differing position; a render that never differs gives none.
+    return n if n < min(len(alone), len(prompt)) else 0
+
+
+def _with_reuse(
+    renderer: Renderer,
+    pairs: list[RequestPair],
+    prompts: list[str],
+    held: list[str],
+    system_ends: list[int],
+) -> list[RequestPair]:
+    """Add each engine cache class's reuse (checks.reuse) to the pairs: every request so far is
+    stored, as a prompt cache keeps them, with the checkpoints mlx_lm.server's batched path takes
+    (end of the system prompt, the prompt's last token)."""
+    tokens = renderer.tokens
+    stored: list[Stored] = []
+    out = []
+    for k, pair in enumerate(pairs):
+        nxt = prompts[k + 1]
+        if tokens is not None:
+            prompt_seq: Any = tokens(prompts[k])
+            held_seq: Any = prompt_seq + tokens(held[k][len(prompts[k]) :])
+            next_seq: Any = tokens(nxt)
+            system = len(tokens(prompts[k][: system_ends[k]])) if system_ends[k] else 0
+        else:
+            prompt_seq, held_seq, next_seq = prompts[k], held[k], nxt
+            system = system_ends[k]
+        marks = tuple(n for n in (system, len(prompt_seq) - 1) if n > 0)
+        stored.append(Stored(held_seq, marks))
+        reuse: dict[str, int | None] = {}
+        needed: dict[str, int | None] = {}
+        for cache_class in CACHE_CLASSES:
+            if tokens is None and cache_class == BLOCK:
+                reuse[cache_class] = needed[cache_class] = None  # blocks are counted in tokens
+                continue
+            got = reused(cache_class, stored, next_seq)
+            need = bar(cache_class, stored[-1], len(prompt_seq), len(next_seq))
+            if tokens is None:  # characters to bytes, along the sequence each count indexes
+                got, need = byte_length(nxt[:got]), byte_length(held[k][:need])
+            reuse[cache_class], needed[cache_class] = got, need
+        size = len if tokens is not None else byte_length
+        out.append(
+            replace(
+                pair,
+                unit="tokens" if tokens is not None else "bytes",
+                prompt_units=size(prompt_seq),
+                held_units=size(held_seq),
+                next_units=size(next_seq),
+                reuse=reuse,
+                needed=needed,
+            )
+        )
+    return out
+
+
 def run_session(
-    renderer: Renderer, variant: Variant, session: Session, mode: str = NO_REASONING
+    renderer: Renderer,
+    variant: Variant,
+    session: Session,
+    mode: str = NO_REASONING,
+    client: ClientProfile = TYPICAL,
 ) -> SessionResult:
-    """Render every request of a session and compare each consecutive pair.
+    """Render every request of a session as `client` sends it and compare each consecutive pair.
 
     Replies follow the variant: with thinking forced every reply reasons, with it off none does.
+    The model emits the same reply whatever the client; the client decides what goes back.
     """
     tools = TOOLS if session.uses_tools else None
     ends = session.request_ends()
     has_calls = any(m.get("tool_calls") for m in session.messages)
-    forms = ("dict", "string") if has_calls else ("none",)
+    forms = client.argument_forms(has_calls)
     errors: list[str] = []
-    chosen: tuple[str, tuple[dict[str, Any], ...], list[str]] | None = None
-    base = session.messages
-    if mode == REASONING_FORCED:
-        base = with_reasoning(base)
-    elif mode == REASONING_OFF:
-        base = without_reasoning(base)
+    chosen: tuple[str, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], list[str]] | None
+    chosen = None
+    base = _emitted_messages(session, mode)
     for form in forms:
-        messages = with_string_arguments(base) if form == "string" else base
+        truth = with_string_arguments(base) if form == "string" else base
+        messages = client.history(truth)
         try:
             # Request k is sent k clock steps after the first (see CLOCK_STEP).
             prompts = [
@@ -365,18 +491,21 @@ def run_session(
             continue
         if form == "dict" and _repr_leak(prompts, messages):
             errors.append("dict arguments: printed as a Python repr")
-            chosen = chosen or (form, messages, prompts)
-            continue
-        chosen = (form, messages, prompts)
+            if len(forms) > 1:
+                chosen = chosen or (form, messages, truth, prompts)
+                continue
+        chosen = (form, messages, truth, prompts)
         break
     if chosen is None:
         return SessionResult(session.name, False, forms[-1], "; ".join(errors), len(ends), ())
-    form, messages, prompts = chosen
+    form, messages, truth, prompts = chosen
     reasons = mode in (REASONING_FORCED, REASONING_FREE)
     pairs = []
+    held: list[str] = []
+    system_ends: list[int] = []
     for k in range(len(ends) - 1):
         request, next_request = messages[: ends[k]], messages[: ends[k + 1]]
-        reply = messages[ends[k]]
+        reply = truth[ends[k]]
 
         def history(request: tuple[dict[str, Any], ...] = request, tick: int = k) -> str:
             try:
@@ -399,6 +528,11 @@ def run_session(
         if reasons and reply.get("reasoning_content"):
             generation_prompt = prompts[k][common_prefix(history(), prompts[k]) :]
             reasons_here = not generation_prompt_closes_thinking(generation_prompt)
+        emitted = emitted_reply(
+            renderer, variant, request, reply, tools, prompts[k], k, reasons_here
+        )
+        held.append(prompts[k] + emitted)
+        system_ends.append(_system_end(renderer, variant, request, tools, prompts[k], k))
         pairs.append(
             _blame_clock(
                 renderer,
@@ -421,12 +555,39 @@ def run_session(
                         history=history,
                         spans=spans,
                         tokens=renderer.tokens,
+                        emitted=emitted,
+                        client_drops_reasoning=bool(reply.get("reasoning_content"))
+                        and client.reasoning == REASONING_DROPPED,
                     )
                 ),
             )
         )
-    error = "; ".join(errors) if errors and form != "dict" else None
+    for k, pair in enumerate(pairs):
+        if pair.status == "reply" and prompts[k + 1].startswith(held[k]):
+            # The template writes none of what the model emitted (a tool call, the content):
+            # the engine holds those tokens all the same, right after the prompt.
+            held[k] = prompts[k] + _unwritten(truth[ends[k]]) + held[k][len(prompts[k]) :]
+    pairs = _with_reuse(renderer, pairs, prompts, held, system_ends)
+    error = "; ".join(errors) if errors and (form != "dict" or len(forms) == 1) else None
     return SessionResult(session.name, True, form, error, len(ends), tuple(pairs))
+
+
+def _unwritten(reply: dict[str, Any]) -> str:
+    """A stand-in for reply tokens no rendering shows: the reasoning, the calls, the content."""
+    calls = [
+        json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+        for c in reply.get("tool_calls") or ()
+    ]
+    return (reply.get("reasoning_content") or "") + "".join(calls) + (reply.get("content") or "")
+
+
+def _emitted_messages(session: Session, mode: str) -> tuple[dict[str, Any], ...]:
+    """The session's messages as the model emits them under a reasoning mode."""
+    if mode == REASONING_FORCED:
+        return with_reasoning(session.messages)
+    if mode == REASONING_OFF:
+        return without_reasoning(session.messages)
+    return session.messages
 
 
 def _blame_clock(
@@ -456,16 +617,54 @@ def _blame_clock(
     return replace(pair, detail=f"{CLOCK_DETAIL}{where}")
 
 
+def _same_as_typical(client: ClientProfile, renderer: Renderer, variant: Variant, mode: str) -> str:
+    """Why `client` renders like the typical client under this setting ("" if it may not)."""
+    names = {variant.template_name, renderer.resolve(variant, TOOLS)}
+    profiles = [renderer.profiles[name] for name in names]
+    if client.reasoning != TYPICAL.reasoning:
+        if mode == NO_REASONING:
+            return "the template never writes reasoning into history"
+        if mode == REASONING_OFF:
+            return "no reasoning with this setting"
+    if client.arguments != TYPICAL.arguments and not any(p.reads_tool_calls for p in profiles):
+        return "the template never reads tool calls"
+    return ""
+
+
 def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
     mode = reasoning_mode(renderer, variant)
-    sessions = tuple(run_session(renderer, variant, session, mode) for session in SESSIONS)
+    typical = tuple(run_session(renderer, variant, session, mode) for session in SESSIONS)
+    first = policy.client_result(TYPICAL.name, typical, "", keep_sessions=False)
+    clients = [first]
+    names = {variant.template_name, renderer.resolve(variant, TOOLS)}
+    reads_chunks = any(renderer.profiles[name].reads_thinking_chunks for name in names)
+    for client in PROFILES[1:]:
+        same = _same_as_typical(client, renderer, variant, mode)
+        if same:
+            clients.append(replace(first, profile=client.name, note=same))
+            continue
+        if client.reasoning == "chunks" and not reads_chunks:
+            clients.append(policy.not_applicable(client.name, "the template does not read them"))
+            continue
+        sessions = []
+        for session, ours in zip(SESSIONS, typical, strict=True):
+            base = _emitted_messages(session, mode)
+            has_calls = any(m.get("tool_calls") for m in session.messages)
+            if client.history(base) == TYPICAL.history(base) and client.argument_forms(
+                has_calls
+            ) == TYPICAL.argument_forms(has_calls):
+                sessions.append(ours)  # this session sends the same requests
+            else:
+                sessions.append(run_session(renderer, variant, session, mode, client))
+        clients.append(policy.client_result(client.name, tuple(sessions), "", keep_sessions=True))
     return VariantResult(
         template_name=variant.template_name,
         kwargs=variant.kwargs_dict,
         label=variant.label,
-        verdict=policy.variant_verdict(sessions),
-        sessions=sessions,
-        mean_reusable_share=policy.mean_share(sessions),
+        verdict=policy.variant_verdict(typical),
+        sessions=typical,
+        mean_reusable_share=policy.mean_share(typical),
+        clients=tuple(clients),
     )
 
 
@@ -558,7 +757,10 @@ def run_check(
     for name, ast in asts.items():
         switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
         renderer.profiles[name] = ReasoningProfile(
-            reads_reasoning(ast), switches, reads_field(ast, {"tool_calls"})
+            reads_reasoning(ast),
+            switches,
+            reads_field(ast, {"tool_calls"}),
+            reads_thinking_chunks(ast),
         )
     try:
         planned = plan_variants(asts)

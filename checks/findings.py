@@ -378,14 +378,16 @@ def link_findings(drafts: list[_Draft], variants: tuple[VariantResult, ...]) -> 
     for draft in drafts:
         evidence: list[str] = []
         for variant in variants:
-            for session in variant.sessions:
+            # Every client profile's renders count: reasoning shows only where a client sends it.
+            sessions = [*variant.sessions, *(s for c in variant.clients for s in c.sessions)]
+            for session in sessions:
                 if draft.kind == RAISES:
                     if session.error and draft.message and draft.message[:40] in session.error:
                         evidence.append(f"{variant.label}: {session.session} raises")
                     continue
                 for pair in session.pairs:
                     div = pair.divergence
-                    if pair.status == "pass" or div is None:
+                    if pair.status == "pass" or div is None or pair.detail.startswith("the client"):
                         continue
                     # Dropped reasoning shows where content is written, not where it was split.
                     by_cause = (

@@ -19,11 +19,13 @@ from checks.reports import (
     SAFE_WHERE_RENDERABLE,
     TOKEN_SEAM,
     UNSAFE,
+    ClientResult,
     Failure,
     RequestPair,
     SessionResult,
     VariantResult,
 )
+from checks.reuse import CACHE_CLASSES, HYBRID, TRIMMABLE
 
 
 def variant_verdict(sessions: Iterable[SessionResult]) -> str:
@@ -36,6 +38,62 @@ def variant_verdict(sessions: Iterable[SessionResult]) -> str:
     if len(rendered) < len(sessions):
         return SAFE_WHERE_RENDERABLE
     return SAFE
+
+
+def engine_verdicts(sessions: Iterable[SessionResult]) -> dict[str, str]:
+    """Per engine cache class: `unsafe` when some turn reuses less than the class keeps if only
+    the reply is lost (checks.reuse.bar), else as the prompt-reuse verdict."""
+    sessions = list(sessions)
+    headline = variant_verdict(sessions)
+    if headline == ERROR:
+        return dict.fromkeys(CACHE_CLASSES, ERROR)
+    pairs = [p for s in sessions if s.rendered for p in s.pairs]
+    out = {}
+    for cache_class in CACHE_CLASSES:
+        counts = [
+            ((p.reuse or {}).get(cache_class), (p.needed or {}).get(cache_class)) for p in pairs
+        ]
+        if cache_class == TRIMMABLE or any(got is None or need is None for got, need in counts):
+            # Without token counts a block cache is judged like a trimmable one: a divergence
+            # inside the last block could only make it safer.
+            out[cache_class] = headline
+            continue
+        lost = any(got < need for got, need in counts if got is not None and need is not None)
+        out[cache_class] = UNSAFE if lost else headline
+    return out
+
+
+def client_result(
+    profile: str, sessions: tuple[SessionResult, ...], note: str, *, keep_sessions: bool
+) -> ClientResult:
+    """One client profile's verdicts and costs over its sessions."""
+    pairs = [p for s in sessions if s.rendered for p in s.pairs]
+    shares: dict[str, float | None] = {}
+    for cache_class in CACHE_CLASSES:
+        counts = [((p.reuse or {}).get(cache_class), p.next_units) for p in pairs]
+        ratios = [got / size for got, size in counts if got is not None and size]
+        shares[cache_class] = round(sum(ratios) / len(ratios), 4) if ratios else None
+    lost = [p for p in pairs if p.status == "reply"]
+    reply_units = [
+        p.held_units - p.prompt_units
+        for p in lost
+        if p.held_units is not None and p.prompt_units is not None
+    ]
+    return ClientResult(
+        profile=profile,
+        verdict=variant_verdict(sessions),
+        note=note,
+        engines=engine_verdicts(sessions),
+        reuse_share=shares,
+        reply_reused=None if not pairs else not lost,
+        reply_units=round(sum(reply_units) / len(reply_units), 1) if reply_units else None,
+        unit=pairs[0].unit if pairs else "bytes",
+        sessions=sessions if keep_sessions else (),
+    )
+
+
+def not_applicable(profile: str, note: str) -> ClientResult:
+    return ClientResult(profile, None, note, {}, {}, None, None, "bytes")
 
 
 def mean_share(sessions: Iterable[SessionResult]) -> float | None:
@@ -142,7 +200,7 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
     best = max(safe, key=lambda v: v.mean_reusable_share or 0.0) if safe else None
     if verdict == SAFE:
         scope = "under every setting checked" if not unsafe else "with the default settings"
-        parts = [f"Cache-safe in every session we replayed, {scope}."]
+        parts = [f"Cache-safe in every session we replayed, {scope}, for the typical setup."]
     elif verdict == SAFE_WHERE_RENDERABLE:
         parts = [f"Cache-safe wherever it renders; the template refuses {_refused(usable)}."]
     elif best is not None:
@@ -164,6 +222,9 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
         )
     if len(unsafe) > 3:
         parts.append(f"{len(unsafe) - 3} more settings break the same way.")
+    headline = next((v for v in usable if is_primary(v)), usable[0] if usable else None)
+    if headline is not None:
+        parts += setup_sentences(headline)
     warnings = [p for v in usable for s in v.sessions for p in s.pairs if p.status == "warn"]
     if warnings:
         parts.append(
@@ -171,6 +232,59 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
             "hit depends on what the model really emits."
         )
     return " ".join(parts)
+
+
+_CLIENT_WORDS = {
+    "reasoning_content": "a client that sends reasoning back as reasoning_content",
+    "thinking_chunks": "a client that sends reasoning back as thinking chunks",
+    "arguments_objects": "tool-call arguments passed as objects",
+    "arguments_strings": "tool-call arguments passed as JSON strings",
+}
+
+
+def _units(value: float, unit: str) -> str:
+    return f"about {round(value)} {unit}"
+
+
+def setup_sentences(variant: VariantResult) -> list[str]:
+    """What the typical setup costs beyond the prompt, and which other clients and engines
+    differ: plain sentences for the summary, from the variant's measured results."""
+    if not variant.clients or variant.verdict == ERROR:
+        return []
+    typical = variant.clients[0]
+    parts = []
+    if typical.reply_reused is False and typical.reply_units is not None:
+        lost = [p for s in variant.sessions for p in s.pairs if p.status == "reply"]
+        parts.append(
+            f"The prompt carries over, but the model's reply does not ({lost[0].detail}; "
+            f"{_sessions_phrase(lost)}): on a trimmable cache each such turn re-reads the reply, "
+            f"{_units(typical.reply_units, typical.unit)}."
+        )
+    engines = typical.engines
+    if engines.get(HYBRID) == UNSAFE and engines.get(TRIMMABLE) != UNSAFE:
+        parts.append(
+            "On a hybrid model without cache checkpoints (Qwen3-Next, Mamba, LFM2 on mlx-lm's "
+            "sequential path or llama.cpp without checkpoints) those turns re-read everything."
+        )
+    worse = [
+        c
+        for c in variant.clients[1:]
+        if c.verdict is not None and c.verdict == UNSAFE and typical.verdict != UNSAFE
+    ]
+    better = [
+        c
+        for c in variant.clients[1:]
+        if c.verdict is not None and typical.verdict == UNSAFE and c.verdict != UNSAFE
+    ]
+    if worse:
+        names = " or ".join(_CLIENT_WORDS.get(c.profile, c.profile) for c in worse)
+        pairs = [p for c in worse for s in c.sessions for p in s.pairs if p.status == "fail"]
+        why = f" ({_cause_phrase(pairs)}, {_sessions_phrase(pairs)})" if pairs else ""
+        parts.append(f"With {names}, the prompt breaks{why}.")
+    if better:
+        names = " or ".join(_CLIENT_WORDS.get(c.profile, c.profile) for c in better)
+        parts.append(f"With {names}, it is cache-safe.")
+    return parts
 
 
 def failure_rows(variants: Iterable[VariantResult]) -> tuple[Failure, ...]:

@@ -104,7 +104,7 @@ class RequestPair(Record):
 
     session: str
     index: int
-    status: str  # "pass", "warn" (reported, not breaking) or "fail"
+    status: str  # "pass", "warn" (reframed, may cost), "reply" (reply re-read) or "fail"
     cause: str | None
     detail: str
     divergence: Divergence | None
@@ -112,6 +112,19 @@ class RequestPair(Record):
     next_bytes: int
     reusable_share: float
     token_reusable_share: float | None = None
+    #: Prompt reuse: request k's render is a (token) prefix of request k+1's.
+    prompt_reuse: bool | None = None
+    #: Reply reuse: request k plus the reply as the engine holds it is a prefix of request k+1.
+    reply_reuse: bool | None = None
+    #: The unit of the counts below: "tokens" with a tokenizer, else "bytes".
+    unit: str = "bytes"
+    prompt_units: int | None = None  # request k
+    held_units: int | None = None  # request k plus the reply the engine holds
+    next_units: int | None = None  # request k+1
+    #: Per engine cache class (checks.reuse): units of request k+1 taken from the cache, and the
+    #: least a turn must reuse to cost no more than the reply. None: needs a tokenizer (block).
+    reuse: dict[str, int | None] | None = None
+    needed: dict[str, int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,24 @@ class SessionResult(Record):
 
 
 @dataclass(frozen=True)
+class ClientResult(Record):
+    """One client profile (checks.clients) under one setting: its verdict per engine cache class.
+
+    `verdict` is the trimmable-cache verdict (prompt reuse); None when the profile does not apply
+    (`note` says why). `sessions` is empty for the typical client: the variant's own sessions."""
+
+    profile: str
+    verdict: str | None
+    note: str
+    engines: dict[str, str]  # cache class -> verdict
+    reuse_share: dict[str, float | None]  # cache class -> mean share of the next request reused
+    reply_reused: bool | None  # every turn also reused the reply
+    reply_units: float | None  # mean units of reply re-read on the turns that lose it
+    unit: str
+    sessions: tuple[SessionResult, ...] = ()
+
+
+@dataclass(frozen=True)
 class VariantResult(Record):
     """One setting of the template: which named template and which chat_template_kwargs."""
 
@@ -134,6 +165,8 @@ class VariantResult(Record):
     verdict: str
     sessions: tuple[SessionResult, ...]
     mean_reusable_share: float | None
+    #: Every client profile's result; the first is the typical client (`sessions` above).
+    clients: tuple[ClientResult, ...] = ()
 
 
 @dataclass(frozen=True)

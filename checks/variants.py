@@ -187,6 +187,24 @@ def reads_reasoning(ast: nodes.Template) -> bool:
     return reads_field(ast, _REASONING_FIELDS)
 
 
+def reads_thinking_chunks(ast: nodes.Template) -> bool:
+    """Does the template compare something with 'thinking' (a content chunk's type, Mistral
+    style: `{% if chunk['type'] == 'thinking' %}`)? Only then can a client send chunks."""
+    for compare in find(ast, nodes.Compare):
+        if not all(op.op in ("eq", "ne") for op in compare.ops):
+            continue
+        operands = [compare.expr, *(op.expr for op in compare.ops)]
+        constant = any(isinstance(o, nodes.Const) and o.value == "thinking" for o in operands)
+        typed = any(
+            (isinstance(o, nodes.Getattr) and o.attr == "type")
+            or (isinstance(o, nodes.Getitem) and getattr(o.arg, "value", None) == "type")
+            for o in operands
+        )
+        if constant and typed:
+            return True
+    return False
+
+
 def reads_field(ast: nodes.Template, names: set[str]) -> bool:
     """Does the template read one of these keys from some value (`x.key` or `x['key']`)?"""
     accesses: list[Any] = list(find(ast, (nodes.Getattr, nodes.Getitem)))

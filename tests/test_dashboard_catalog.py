@@ -20,14 +20,14 @@ from tests.dashboard_data import (
 
 pytestmark = pytest.mark.django_db
 
-# Writes an empty think block into every assistant turn (and reads, then drops, its reasoning):
-# with thinking off that is exactly the generation prompt (cache-safe); with thinking on, the
-# reasoning the model emitted is dropped.
+# Writes an empty think block into assistant turns only with thinking off: that is exactly the
+# generation prompt then (cache-safe); otherwise the generation prompt opens `<think>\n`, which
+# history never writes (the prompt breaks).
 THINKING_OFF_SAFE = (
     "{%- for message in messages %}{%- if message.role == 'assistant' %}"
-    "{%- if message.reasoning_content %}{# older reasoning is not kept #}{% endif %}"
-    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + (message.content or '')"
-    " + '<|im_end|>\\n' }}{%- else %}"
+    "{%- set off = enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<|im_start|>assistant\\n' + ('<think>\\n\\n</think>\\n\\n' if off else '')"
+    " + (message.content or '') + '<|im_end|>\\n' }}{%- else %}"
     "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n"
@@ -106,6 +106,39 @@ def test_filters_narrow_the_list(client: Client, catalog: Catalog) -> None:
     tools_safe = rows(client.get("/", {"tools": "safe"}).content.decode())
     assert tools_safe == ["cachesafe-demo/chatml-tools-7b"]
     assert len(rows(client.get("/", {"probe": "none"}).content.decode())) == 6  # no probe yet
+
+
+# Reasoning is written only for the last assistant message: the reply the model emitted is lost,
+# so the prompt carries over (safe on a trimmable cache) but a hybrid cache keeps nothing.
+REPLY_LOST = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' and m.reasoning_content and loop.last -%}"
+    "<assistant><think>{{ m.reasoning_content }}</think>{{ m.content }}</s>"
+    "{%- else -%}<{{ m.role }}>{{ m.content }}</s>{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+
+
+def test_the_catalog_filters_on_the_readers_setup(client: Client, catalog: Catalog) -> None:
+    add_model("fix-org/reply-lost", REPLY_LOST, commit="e" * 40)
+    trimmable = rows(client.get("/", {"verdict": "safe"}).content.decode())
+    assert "fix-org/reply-lost" in trimmable
+    # On a hybrid model without checkpoints the lost reply costs every turn's cache.
+    hybrid = client.get("/", {"verdict": "safe", "engine": "hybrid"}).content.decode()
+    assert "fix-org/reply-lost" not in rows(hybrid)
+    assert "cachesafe-demo/chatml-tools-7b" in rows(hybrid)
+    broken = client.get("/", {"verdict": "unsafe", "engine": "hybrid"}).content.decode()
+    assert "fix-org/reply-lost" in rows(broken)
+    # Rows show the setup's verdict, not the headline's.
+    row = broken.split('href="/m/fix-org/reply-lost/"')[1].split("</tr>")[0]
+    assert 'title="For your setup">Breaks the cache' in row
+    # With checkpoints the prompt comes back, and the API answers the same.
+    checked = client.get(
+        "/api/models", {"verdict": "safe", "engine": "hybrid_checkpoints", "client": "typical"}
+    ).json()
+    assert "fix-org/reply-lost" in [r["repo_id"] for r in checked["results"]]
+    assert {r["setup_verdict"] for r in checked["results"]} == {"safe"}
+    assert client.get("/api/models", {"engine": "quantum"}).status_code == 400
 
 
 def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: Catalog) -> None:

@@ -13,6 +13,19 @@ from checks.sources import TemplateSource, load_source
 from tests.conftest import CORPUS_DIR, NO_CORPUS, corpus_available, require_corpus
 
 # A plain ChatML template: cache-safe in every session, the baseline many tests compare with.
+# Reasoning is kept only on the final assistant message: earlier turns lose it,
+# so the reply the model emitted is not written back (the prompt still carries over).
+REASONING_ON_LAST = """{%- for m in messages -%}
+{%- if m.role == 'assistant' and m.reasoning_content and loop.last -%}
+<assistant><think>{{ m.reasoning_content }}</think>{{ m.content }}</s>
+{%- else -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

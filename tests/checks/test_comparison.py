@@ -20,7 +20,7 @@ from checks.reports import (
     TemplateReport,
 )
 from checks.sources import TemplateSource
-from tests.checks.conftest import CHATML
+from tests.checks.conftest import CHATML, REASONING_ON_LAST
 
 # Line 2 marks the last user message: once another turn arrives, that marker moves.
 MOVING_MARKER = """{%- for m in messages -%}
@@ -40,17 +40,6 @@ EMPTY_THINK_PROMPT = """{%- for m in messages -%}
 # History writes a space before assistant content that the model did not emit.
 LEADING_SPACE = """{%- for m in messages -%}
 <{{ m.role }}>{% if m.role == 'assistant' %} {% endif %}{{ m.content }}</s>
-{%- endfor -%}
-{%- if add_generation_prompt %}<assistant>{% endif -%}
-"""
-
-# Reasoning is kept only on the final assistant message: earlier turns lose it.
-REASONING_ON_LAST = """{%- for m in messages -%}
-{%- if m.role == 'assistant' and m.reasoning_content and loop.last -%}
-<assistant><think>{{ m.reasoning_content }}</think>{{ m.content }}</s>
-{%- else -%}
-<{{ m.role }}>{{ m.content }}</s>
-{%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt %}<assistant>{% endif -%}
 """
@@ -115,14 +104,21 @@ def test_reply_reframed_is_a_warning_not_a_failure() -> None:
     )
 
 
-def test_dropped_reasoning_breaks_the_cache() -> None:
+def test_dropped_reasoning_costs_the_reply_not_the_prompt() -> None:
     report = report_for(REASONING_ON_LAST)
     result = pair(report, "reasoning_history", 1)
-    assert (result.status, result.cause) == ("fail", ASSISTANT_OUTPUT)
-    assert result.detail == "the reasoning the model emitted is dropped from history"
-    # Plain chat keeps working: only sessions with reasoning break.
+    # Request 1 is a prefix of request 2; the reasoning the model emitted is not.
+    assert (result.status, result.cause) == ("reply", ASSISTANT_OUTPUT)
+    assert (result.prompt_reuse, result.reply_reuse) == (True, False)
+    assert result.detail == "the client does not send back the reasoning the model emitted"
+    kept = next(c for c in report.variants[0].clients if c.profile == "reasoning_content")
+    sent = next(p for s in kept.sessions if s.session == "reasoning_history" for p in s.pairs)
+    assert sent.status == "reply"
+    assert sent.detail == "the reasoning the model emitted is dropped from history"
     assert pair(report, "chat", 1).status == "pass"
-    assert report.verdict == UNSAFE
+    # Not a broken prefix: the verdict stays safe and the summary says what the reply costs.
+    assert report.verdict == SAFE
+    assert "re-reads the reply" in report.summary
     assert "reasoning_history" in report.summary
 
 

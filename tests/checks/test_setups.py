@@ -1,0 +1,208 @@
+"""Verdicts for the reader's setup: prompt vs reply reuse, client profiles, engine cache classes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checks.clients import PROFILE_NAMES
+from checks.engine import run_check
+from checks.rendering import CheckEnvironment, TemplateCache
+from checks.reports import SAFE, SAFE_WHERE_RENDERABLE, UNSAFE, ClientResult, TemplateReport
+from checks.reuse import (
+    BLOCK,
+    HYBRID,
+    HYBRID_CHECKPOINTS,
+    TRIMMABLE,
+    Stored,
+    bar,
+    reused,
+    reused_by_class,
+)
+from checks.sources import TemplateSource
+from tests.checks.conftest import CHATML
+
+# Qwen3 style: reasoning is written only for assistant turns after the last user message, so a
+# tool round's reasoning vanishes from history once the next user turn arrives.
+REASONING_AFTER_LAST_USER = """{%- set ns = namespace(last=-1) -%}
+{%- for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif -%}
+{% endfor -%}
+{%- for m in messages -%}
+{%- if m.role == 'assistant' and m.reasoning_content and loop.index0 > ns.last -%}
+<assistant><think>{{ m.reasoning_content }}</think>{{ m.content }}</s>
+{%- else -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+# Mistral style: reasoning comes back only as {"type": "thinking"} content chunks.
+THINKING_CHUNKS = """{%- for m in messages -%}
+{%- if m.content is string -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- else -%}
+<{{ m.role }}>{% for c in m.content %}
+{%- if c.type == 'thinking' %}[THINK]{{ c.thinking }}[/THINK]
+{%- elif c.type == 'text' %}{{ c.text }}{% endif %}{% endfor %}</s>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+# Tool-call arguments concatenated as text: objects make it raise, JSON strings render.
+STRING_ARGUMENTS = """{%- for m in messages -%}
+<{{ m.role }}>{{ m.content }}
+{%- for call in m.tool_calls or [] %}[CALL]
+{{- call.function.name + ' ' + call.function.arguments }}{% endfor -%}
+</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+# Line 2 marks the last user message: the prefix breaks on every turn, on every engine.
+MOVING_MARKER = """{%- for m in messages -%}
+{%- if loop.last and m.role == 'user' %}[LAST]{% endif -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
+def report_for(text: str) -> TemplateReport:
+    return run_check(TemplateSource({"default": text}), TemplateCache(CheckEnvironment()))
+
+
+def client(report: TemplateReport, name: str) -> ClientResult:
+    return next(c for c in report.variants[0].clients if c.profile == name)
+
+
+def test_every_variant_lists_every_client_profile() -> None:
+    report = report_for(CHATML)
+    for variant in report.variants:
+        assert tuple(c.profile for c in variant.clients) == PROFILE_NAMES
+        assert variant.clients[0].verdict == variant.verdict
+    # ChatML reads no reasoning, no tool calls, no chunks: nothing differs, and it says why.
+    assert client(report, "reasoning_content").note == (
+        "the template never writes reasoning into history"
+    )
+    assert client(report, "thinking_chunks").note
+    assert client(report, "arguments_strings").note == "the template never reads tool calls"
+    assert client(report, "typical").engines == dict.fromkeys(
+        (TRIMMABLE, BLOCK, HYBRID, HYBRID_CHECKPOINTS), SAFE
+    )
+    assert client(report, "typical").reply_reused is True
+
+
+def test_a_client_that_sends_reasoning_back_breaks_what_the_typical_client_keeps() -> None:
+    report = report_for(REASONING_AFTER_LAST_USER)
+    assert report.verdict == SAFE
+    kept = client(report, "reasoning_content")
+    assert kept.verdict == UNSAFE
+    broken = [p for s in kept.sessions for p in s.pairs if p.status == "fail"]
+    assert {(p.session, p.index, p.cause) for p in broken} == {
+        ("reasoning_tool_round", 2, "history")
+    }
+    assert "With a client that sends reasoning back as reasoning_content, the prompt breaks" in (
+        report.summary
+    )
+    # Sessions without reasoning are the same requests for both clients: not re-run.
+    chat = next(s for s in kept.sessions if s.session == "chat")
+    assert chat is next(s for s in report.variants[0].sessions if s.session == "chat")
+
+
+def test_thinking_chunks_are_a_client_profile_where_the_template_reads_them() -> None:
+    report = report_for(THINKING_CHUNKS)
+    chunks = client(report, "thinking_chunks")
+    assert chunks.note == ""
+    # Sent back as chunks, the reasoning is written where the model emitted it: reply reused.
+    assert chunks.reply_reused is True
+    assert chunks.engines[HYBRID] == SAFE
+    # Dropped (or sent in a field this template never reads), the reply is re-read every turn.
+    typical = client(report, "typical")
+    assert typical.reply_reused is False and typical.verdict == SAFE
+    assert typical.engines[HYBRID] == UNSAFE
+    assert client(report, "reasoning_content").reply_reused is False
+    # A template that does not compare a chunk's type with 'thinking' cannot take chunks.
+    assert client(report_for(REASONING_AFTER_LAST_USER), "thinking_chunks").verdict is None
+
+
+def test_argument_profiles_render_only_their_own_form() -> None:
+    report = report_for(STRING_ARGUMENTS)
+    assert client(report, "typical").verdict == SAFE  # falls back to strings
+    objects = client(report, "arguments_objects")
+    assert objects.verdict == SAFE_WHERE_RENDERABLE
+    refused = {s.session for s in objects.sessions if not s.rendered}
+    assert refused == {"tool_round", "parallel_tool_calls", "tool_rounds", "reasoning_tool_round"}
+    assert client(report, "arguments_strings").verdict == SAFE
+
+
+def test_engine_classes_per_turn() -> None:
+    marker = client(report_for(MOVING_MARKER), "typical")
+    assert set(marker.engines.values()) == {UNSAFE}
+    chunks = report_for(THINKING_CHUNKS)
+    pair = next(
+        p
+        for s in chunks.variants[0].sessions
+        if s.session == "reasoning_history"
+        for p in s.pairs
+        if p.index == 1
+    )
+    assert (pair.prompt_reuse, pair.reply_reuse, pair.unit) == (True, False, "bytes")
+    assert pair.reuse is not None and pair.needed is not None and pair.prompt_units
+    assert pair.reuse[TRIMMABLE] == pair.prompt_units  # up to the end of request 1
+    assert pair.reuse[HYBRID] == 0  # the stored sequence ends with a reply history lacks
+    assert pair.reuse[HYBRID_CHECKPOINTS] == pair.prompt_units - 1  # its last checkpoint
+    assert pair.reuse[BLOCK] is None  # blocks are counted in tokens: needs a tokenizer
+
+
+def test_round_trip_keeps_the_setup_results() -> None:
+    report = report_for(REASONING_AFTER_LAST_USER)
+    again = TemplateReport.from_dict(report.to_dict())
+    assert again == report
+    assert again.variants[0].clients[1].sessions
+
+
+# The estimator alone.
+
+
+def test_each_class_on_a_reply_that_history_rewrites() -> None:
+    prompt, reply = list(range(100)), [500, 501, 502]
+    stored = [Stored(prompt + reply, checkpoints=(40, 99))]
+    nxt = prompt + [900, 901] + list(range(200, 230))
+    assert reused(TRIMMABLE, stored, nxt) == 100
+    assert reused(BLOCK, stored, nxt) == 96
+    assert reused(HYBRID, stored, nxt) == 0
+    assert reused(HYBRID_CHECKPOINTS, stored, nxt) == 99
+    # ...and on one that keeps it: everything the engine held comes back.
+    same = prompt + reply + list(range(200, 230))
+    assert reused_by_class(stored, same) == {
+        TRIMMABLE: 103,
+        BLOCK: 96,
+        HYBRID: 103,
+        HYBRID_CHECKPOINTS: 103,
+    }
+    assert bar(HYBRID, stored[0], 100, len(nxt)) == 103
+    assert bar(HYBRID_CHECKPOINTS, stored[0], 100, len(nxt)) == 99
+    assert bar(BLOCK, stored[0], 100, len(nxt)) == 96
+
+
+sequences = st.lists(st.integers(0, 3), max_size=40)
+
+
+@given(
+    st.lists(st.tuples(sequences, st.lists(st.integers(0, 40), max_size=3)), max_size=4),
+    sequences,
+    st.sampled_from([1, 4, 16]),
+)
+def test_estimates_are_ordered_and_bounded(
+    entries: list[tuple[list[int], list[int]]], prompt: list[int], block: int
+) -> None:
+    stored = [Stored(seq, tuple(c for c in marks if c <= len(seq))) for seq, marks in entries]
+    got = reused_by_class(stored, prompt, block)
+    limit = max(len(prompt) - 1, 0)
+    assert 0 <= got[HYBRID] <= got[HYBRID_CHECKPOINTS] <= got[TRIMMABLE] <= limit
+    assert got[BLOCK] <= got[TRIMMABLE] and got[BLOCK] % block == 0
+    # What a class reuses is really a shared prefix of some stored sequence.
+    for n in got.values():
+        assert n == 0 or any(seq[:n] == prompt[:n] for seq, _ in entries)
