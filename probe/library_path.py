@@ -40,6 +40,7 @@ class ServedRequest:
     reply: list[int] = field(default_factory=list)
     kv_bytes: int = 0
     note: str = ""
+    checkpoints: list[int] = field(default_factory=list)  # lengths stored as checkpoints
 
 
 def cache_layers(cache: list[Any]) -> list[dict[str, Any]]:
@@ -153,6 +154,7 @@ class LibraryEngine:
             cache = self.runner.new_cache()
         pieces, types = self._pieces(prompt, reused)
         done = tokens[:reused]
+        marks = []
         for piece in pieces[:-1]:
             self.runner.prefill(cache, piece)
             done = done + piece
@@ -160,9 +162,10 @@ class LibraryEngine:
                 self.lru.insert_cache(
                     self.model_key, list(done), copy.deepcopy(cache), cache_type=types.pop(0)
                 )
+                marks.append(len(done))
         logprobs = self.runner.step(cache, pieces[-1])
         ttft = time.perf_counter() - tic
-        served = ServedRequest(len(tokens), reused, ttft, logprobs, note=note)
+        served = ServedRequest(len(tokens), reused, ttft, logprobs, note=note, checkpoints=marks)
         if store:
             self.runner.finish(cache, served, plan)
             self.last_layers = cache_layers(cache)

@@ -44,6 +44,8 @@ class PairResult:
     warm_ttft_ms: float | None
     correctness: Correctness | None
     note: str = ""
+    #: What checks.reuse estimates this path's cache class reuses, from the same tokens.
+    estimated_tokens: int | None = None
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RepeatResult:
     cold_ttft_ms: float | None
     warm_ttft_ms: float | None
     correctness: Correctness | None
+    estimated_tokens: int | None = None
 
 
 @dataclass
@@ -82,6 +85,10 @@ class ConversationResult:
     seconds: float | None = None
     agrees_with: dict[str, Any] | None = None
     error: str | None = None
+    #: The engine cache class (checks.reuse) this path behaved as, and whether every measured
+    #: reuse equals that class's estimate.
+    cache_class: str | None = None
+    estimate_agrees: bool | None = None
 
     def decide(self, miss_below: float = MISS_BELOW) -> None:
         """Set verdict, reused share, medians and the disagreement flag from the pairs."""

@@ -19,6 +19,7 @@ from statistics import median
 from typing import Any
 
 from checks.conversations import request_ends
+from checks.reuse import HYBRID, HYBRID_CHECKPOINTS, TRIMMABLE, Stored, reused
 from probe.correctness import (
     DEFAULT_THRESHOLD,
     LogprobComparison,
@@ -397,7 +398,10 @@ def _library_run(
     result = ConversationResult(name, size, path, mode)
     result.predicted_source = "job" if any(p is not None for p in prep.predicted) else "probe"
     keys: list[list[int]] = []
+    stored: list[Stored] = []
+    seen: list[list[Stored]] = []  # what was stored before each request
     for k, prompt in enumerate(prep.prompts):
+        seen.append(list(stored))
         plan = ReplyPlan(prep.forced[k] if mode == "forced" else None, settings.max_reply_tokens)
 
         def serve(store: bool, prompt: RenderedPrompt = prompt, plan: ReplyPlan = plan) -> Any:
@@ -426,6 +430,7 @@ def _library_run(
                 )
             )
         keys.append(prompt.tokens + served.reply)
+        stored.append(Stored(keys[-1], tuple(served.checkpoints)))
         result.kv_snapshot_bytes = served.kv_bytes
     last = len(prep.prompts) - 1
 
@@ -444,10 +449,35 @@ def _library_run(
     result.cache_layers = engine.last_layers
     if isinstance(engine, LibraryEngine):
         result.prompt_cache_bytes = int(engine.lru.nbytes)
+        _estimate(result, engine, prep, seen, stored)
     result.peak_memory_bytes = int(mx.get_peak_memory())
     result.seconds = round(time.perf_counter() - tic, 3)
     result.decide(settings.miss_below)
     return result
+
+
+def _estimate(
+    result: ConversationResult,
+    engine: LibraryEngine,
+    prep: _Prepared,
+    seen: list[list[Stored]],
+    stored: list[Stored],
+) -> None:
+    """Set what checks.reuse estimates for this path's cache class from the same tokens, beside
+    what the engine measured: the check engine's per-class figures rest on these rules."""
+    trimmable = all(layer["trimmable"] for layer in engine.last_layers)
+    cache_class = TRIMMABLE if trimmable else HYBRID_CHECKPOINTS if engine.checkpoints else HYBRID
+    result.cache_class = cache_class
+    agrees = True
+    for pair in result.pairs:
+        k = pair.index - 1
+        pair.estimated_tokens = reused(cache_class, seen[k], prep.prompts[k].tokens)
+        agrees &= pair.estimated_tokens == pair.reused_tokens
+    if result.exact_repeat is not None:
+        repeat = prep.prompts[-1].tokens
+        result.exact_repeat.estimated_tokens = reused(cache_class, stored, repeat)
+        agrees &= result.exact_repeat.estimated_tokens == result.exact_repeat.reused_tokens
+    result.estimate_agrees = agrees
 
 
 def _server_run(

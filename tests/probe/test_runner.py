@@ -169,3 +169,35 @@ def test_past_the_deadline_the_rest_is_skipped_not_lost(model_dirs: dict[str, Pa
     assert report["status"] == "ok"
     errors = [r["error"] for r in report["results"]]
     assert errors == ["skipped: job deadline of 0 s reached"] * 2
+
+
+@pytest.mark.parametrize(
+    "model", ["llama/chatml", "llama/qwen3", "qwen3_next/qwen3", "llama_swa/qwen3"]
+)
+def test_measured_reuse_agrees_with_the_cache_class_estimates(
+    model_dirs: dict[str, Path], model: str
+) -> None:
+    """checks.reuse's rule for each cache class, fed the probe's own tokens, gives exactly what
+    mlx-lm reused: trimmable on dense models, hybrid without and with checkpoints elsewhere."""
+    results = by_path(run_probe(job(model_dirs[model])))
+    expected = (
+        {"library": "trimmable", "library_checkpoints": "trimmable"}
+        if model.startswith("llama/")
+        else {"library": "hybrid", "library_checkpoints": "hybrid_checkpoints"}
+    )
+    for path, cache_class in expected.items():
+        result = results[(path, "forced")]
+        assert result["cache_class"] == cache_class
+        measured = [p["reused_tokens"] for p in result["pairs"]]
+        assert [p["estimated_tokens"] for p in result["pairs"]] == measured, (path, result)
+        repeat = result["exact_repeat"]
+        assert repeat["estimated_tokens"] == repeat["reused_tokens"]
+        assert result["estimate_agrees"] is True
+    if not model.startswith("llama/"):
+        # The classes really differ on these turns: checkpoints bring back what a plain hybrid
+        # cache loses, and the estimate follows.
+        plain = [p["estimated_tokens"] for p in results[("library", "forced")]["pairs"]]
+        checked = [
+            p["estimated_tokens"] for p in results[("library_checkpoints", "forced")]["pairs"]
+        ]
+        assert sum(checked) > sum(plain)
