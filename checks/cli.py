@@ -33,16 +33,21 @@ from checks import (
     as_input,
     check_templates,
 )
+from checks.clients import PROFILE_NAMES, TYPICAL
 from checks.reports import (
     ASSISTANT_OUTPUT,
     ERROR,
     GENERATION_PROMPT,
     HISTORY,
+    SAFE,
+    SAFE_WHERE_RENDERABLE,
     TOKEN_SEAM,
     UNSAFE,
     VERDICT_LABELS,
 )
+from checks.reuse import BLOCK, CACHE_CLASSES, HYBRID, HYBRID_CHECKPOINTS, TRIMMABLE
 from checks.sandbox import DEFAULT_CPU_SECONDS
+from checks.setups import THINKING_CHOICES, THINKING_DEFAULT, Setup, reply_fate, setup_verdict
 from checks.sources import SourceError, decode_text, load_repository
 
 _REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
@@ -76,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="exit 1 when a template breaks the cache (unsafe) or does not render (error)",
     )
+    setup = parser.add_argument_group(
+        "your setup", "judge (and gate with --fail-on) for your client, engine and setting"
+    )
+    setup.add_argument("--client", choices=PROFILE_NAMES, default=TYPICAL.name)
+    setup.add_argument("--engine", choices=CACHE_CLASSES, default=TRIMMABLE)
+    setup.add_argument("--thinking", choices=THINKING_CHOICES, default=THINKING_DEFAULT)
     parser.add_argument("--version", action="version", version=f"checks {ENGINE_VERSION}")
     return parser
 
@@ -163,6 +174,35 @@ def fix_hint(report: TemplateReport) -> str:
     return f"{failure.variant}, {failure.session}: {hint}"
 
 
+_ENGINE_COLUMNS = (
+    (TRIMMABLE, "trimmable"),
+    (BLOCK, "block"),
+    (HYBRID, "hybrid"),
+    (HYBRID_CHECKPOINTS, "hybrid+ckpt"),
+)
+_SHORT = {SAFE: "safe", UNSAFE: "breaks", SAFE_WHERE_RENDERABLE: "safe*", ERROR: "error"}
+
+
+def setup_rows(report: TemplateReport) -> list[str]:
+    """The headline setting's verdict per client profile (rows) and engine cache class
+    (columns), with prompt and reply reuse told apart."""
+    variant = next((v for v in report.variants if v.clients), None)
+    if variant is None or report.verdict == ERROR:
+        return []
+    head = "".join(f"{name:<13}" for _, name in _ENGINE_COLUMNS)
+    title = f"client ({variant.label})"
+    rows = [f"{title:<28}{head}reply"]
+    for client in variant.clients:
+        if client.verdict is None:
+            rows.append(f"  {client.profile:<26}does not apply: {client.note}")
+            continue
+        cells = "".join(
+            f"{_SHORT.get(client.engines.get(key, ''), '-'):<13}" for key, _ in _ENGINE_COLUMNS
+        )
+        rows.append(f"  {client.profile:<26}{cells}{reply_fate(client) or '-'}")
+    return rows
+
+
 def print_table(reports: Sequence[TemplateReport], out: IO[str]) -> None:
     width = max([len(Path(r.file).name) for r in reports] + [8])
     out.write(f"{'TEMPLATE':<{width}}  {'VERDICT':<21}  SUMMARY\n")
@@ -179,6 +219,25 @@ def print_table(reports: Sequence[TemplateReport], out: IO[str]) -> None:
                 f"request {failure.request_index}: {failure.cause} at byte {failure.byte_offset} "
                 f"({failure.segment}, template line {lines})\n"
             )
+        for row in setup_rows(report):
+            out.write(f"{'':<{width}}  {'':<21}  {row}\n")
+
+
+def _gate_on_setup(
+    reports: Sequence[TemplateReport], setup: Setup, fail_on: set[str], out: IO[str], *, quiet: bool
+) -> int:
+    """With --client/--engine/--thinking: the verdict for that setup decides the exit code."""
+    failed = False
+    for report in reports:
+        chosen = setup_verdict(report, setup)
+        verdict = report.verdict if chosen is None else chosen.verdict
+        sentence = chosen.sentence if chosen is not None else fix_hint(report)
+        if verdict is not None and verdict in fail_on:
+            sys.stderr.write(f"{report.file}: {VERDICT_LABELS[verdict]}: {sentence}\n")
+            failed = True
+        elif not quiet:
+            out.write(f"{Path(report.file).name}: for your setup: {sentence}\n")
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
@@ -205,6 +264,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         out.write("\n")
     else:
         print_table(reports, out)
+    setup = Setup(args.client, args.engine, args.thinking)
+    if not setup.is_headline:
+        return _gate_on_setup(reports, setup, set(args.fail_on), out, quiet=args.json)
     failing = [r for r in reports if r.verdict in set(args.fail_on)]
     for report in failing:
         sys.stderr.write(f"{report.file}: {VERDICT_LABELS[report.verdict]}: {fix_hint(report)}\n")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from checks.conversations import SYSTEM_PROMPT
-from tests.checks.conftest import CHATML
+from tests.checks.conftest import CHATML, REASONING_ON_LAST
 
 REPO = Path(__file__).resolve().parents[2]
 # Line 2 writes a marker on the last message: it moves on every turn.
@@ -203,3 +203,66 @@ def test_a_lone_jinja_takes_the_tokens_of_the_config_beside_it(tmp_path: Path) -
     [report] = results(run(str(tmp_path / "t.jinja"), "--json"))
     assert report["verdict"] == "safe"
     assert "placeholder" not in report["summary"]
+
+
+def test_the_table_and_the_json_show_each_client_and_engine(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(
+        ["<assistant> <user> <system> </s> <think> </think> weather Paris sunny walk"] * 5,
+        trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]),
+    )
+    tok_path = tmp_path / "tokenizer.json"
+    tok_path.write_text(tokenizer.to_str())
+    path = tmp_path / "last.jinja"
+    path.write_text(REASONING_ON_LAST)
+    table = run(str(path), "--tokenizer", str(tok_path))
+    assert table.returncode == 0, table.stderr
+    assert "client (no kwargs)" in table.stdout
+    assert "trimmable    block        hybrid       hybrid+ckpt  reply" in table.stdout
+    typical = next(
+        line for line in table.stdout.splitlines() if line.strip().startswith("typical   ")
+    )
+    assert typical.split()[1:5] == ["safe", "safe", "breaks", "safe"]
+    assert "re-read, about " in typical and typical.endswith("tokens")
+
+    (report,) = results(run(str(path), "--json", "--tokenizer", str(tok_path)))
+    (variant,) = report["variants"]
+    profiles = {c["profile"]: c for c in variant["clients"]}
+    assert list(profiles) == [
+        "typical",
+        "reasoning_content",
+        "thinking_chunks",
+        "arguments_objects",
+        "arguments_strings",
+    ]
+    assert profiles["typical"]["verdict"] == "safe"
+    assert profiles["typical"]["engines"]["hybrid"] == "unsafe"
+    assert profiles["thinking_chunks"]["verdict"] is None  # the template reads no chunks
+    lost = [
+        p for s in variant["sessions"] for p in s["pairs"] if s["session"] == "reasoning_history"
+    ]
+    assert {(p["status"], p["prompt_reuse"], p["reply_reuse"], p["unit"]) for p in lost} == {
+        ("reply", True, False, "tokens")
+    }
+    for p in lost:
+        # Whole 16-token blocks, up to where request k ends.
+        assert p["reuse"]["block"] % 16 == 0 and p["reuse"]["block"] <= p["prompt_units"]
+        assert p["reuse"]["trimmable"] >= p["prompt_units"] - 1
+
+
+def test_fail_on_gates_the_readers_own_setup(tmp_path: Path) -> None:
+    path = tmp_path / "last.jinja"
+    path.write_text(REASONING_ON_LAST)
+    # Safe for the typical setup: the prompt carries over, only the reply is re-read.
+    assert run(str(path), "--fail-on", "unsafe").returncode == 0
+    # On a hybrid model without checkpoints the same template loses every turn.
+    hybrid = run(str(path), "--fail-on", "unsafe", "--engine", "hybrid")
+    assert hybrid.returncode == 1
+    assert "Breaks the cache: Breaks the cache for a client that drops reasoning" in hybrid.stderr
+    assert "serve it with cache checkpoints" in hybrid.stderr
+    checked = run(str(path), "--fail-on", "unsafe", "--engine", "hybrid_checkpoints")
+    assert checked.returncode == 0 and "for your setup: Cache-safe" in checked.stdout
+    assert run(str(path), "--engine", "quantum").returncode == 2
