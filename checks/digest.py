@@ -10,8 +10,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from checks.clients import PROFILE_NAMES
 from checks.conversations import SESSIONS
 from checks.reports import ERROR, TemplateReport, VariantResult
+from checks.reuse import CACHE_CLASSES
+from checks.setups import THINKING_CHOICES, variant_for, verdict_in
 
 THINKING_SWITCH = "enable_thinking"
 TOOL_SESSIONS = frozenset(s.name for s in SESSIONS if s.uses_tools)
@@ -35,6 +38,8 @@ class ReportDigest:
     thinking_on: str
     tools: str
     variants: list[dict[str, Any]]
+    #: {thinking choice: {client profile: {engine cache class: verdict}}} (checks.setups).
+    setups: dict[str, dict[str, dict[str, str]]]
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -43,6 +48,7 @@ class ReportDigest:
             "thinking_on": self.thinking_on,
             "tools": self.tools,
             "variants": self.variants,
+            "setups": self.setups,
         }
 
 
@@ -78,4 +84,22 @@ def digest(report: TemplateReport) -> ReportDigest:
         }
         for v in report.variants
     ]
-    return ReportDigest(thinking, off, on, _tools_status(report), variants)
+    return ReportDigest(thinking, off, on, _tools_status(report), variants, _setups(report))
+
+
+def _setups(report: TemplateReport) -> dict[str, dict[str, dict[str, str]]]:
+    """Every setup's verdict, so the catalog filters on the reader's setup without reports."""
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for thinking in THINKING_CHOICES:
+        variant = variant_for(report, thinking)
+        if variant is None:
+            continue
+        out[thinking] = {
+            client: {
+                engine: verdict
+                for engine in CACHE_CLASSES
+                if (verdict := verdict_in(variant, client, engine)) is not None
+            }
+            for client in PROFILE_NAMES
+        }
+    return out

@@ -27,6 +27,7 @@ from ninja.throttling import BaseThrottle
 from ninja.types import DictStrAny
 
 from checks.digest import variant_key
+from checks.setups import Setup, setup_verdict
 from registry import tracking, webhooks
 from registry.api import model_json
 from registry.models import CheckRun, CheckStatus, HubModel, ProbeRun, TemplateVersion
@@ -149,6 +150,7 @@ def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
         "downloads": model.downloads,
         "last_template_change_at": _when(model.last_template_change_at),
         "url": _absolute(request, _model_url(model.repo_id)),
+        "setup_verdict": getattr(model, "setup_verdict", None),
     }
 
 
@@ -177,6 +179,9 @@ def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun)
             "kwargs": v.kwargs,
             "verdict": v.verdict,
             "mean_reusable_share": v.mean_reusable_share,
+            "clients": [
+                {k: val for k, val in c.to_dict().items() if k != "sessions"} for c in v.clients
+            ],
         }
         for v in report.variants
     ]
@@ -201,6 +206,8 @@ def check_payload(request: HttpRequest, version: TemplateVersion, run: CheckRun)
                     else []
                 ),
                 "reusable_share": pair.reusable_share,
+                "prompt_reuse": pair.prompt_reuse,
+                "reply_reuse": pair.reply_reuse,
                 "diff_url": _absolute(request, url),
             }
         )
@@ -232,15 +239,21 @@ def probe_payload(request: HttpRequest, run: ProbeRun) -> dict[str, Any]:
     }
 
 
-def model_detail_payload(request: HttpRequest, model: HubModel) -> dict[str, Any]:
+def model_detail_payload(
+    request: HttpRequest, model: HubModel, setup: Setup | None = None
+) -> dict[str, Any]:
     """The registry's fields, then the current check with variants and failures, the
-    per-variant verdicts, and the latest probe (null if never probed)."""
+    per-variant verdicts, the verdict for the reader's setup, and the latest probe (null if
+    never probed)."""
     snapshot = model.current_snapshot
     check = latest_check(snapshot.default_template) if snapshot else None
     catalog = getattr(model, "catalog_verdict", None)
     run = latest_probe(model)
+    report = rebuild(check.report) if check and check.status == CheckStatus.DONE else None
+    chosen = setup_verdict(report, setup or Setup()) if report is not None else None
     return model_json(model) | {
         "variants": catalog.variants if catalog else [],
+        "setup": chosen.to_dict() if chosen else None,
         "check": check_payload(request, snapshot.default_template, check)
         if snapshot and check
         else None,
@@ -373,8 +386,11 @@ def track_model(
     summary="One model: status, verdict, variants, current template, history, check, probe",
     openapi_extra=retry_after(503),
 )
-def get_model(request: HttpRequest, org: Org, name: Name) -> dict[str, Any]:
-    return model_detail_payload(request, tracked(f"{org}/{name}"))
+def get_model(
+    request: HttpRequest, org: Org, name: Name, setup: Query[s.SetupParams]
+) -> dict[str, Any]:
+    chosen = Setup.parse(setup.model_dump())  # validated by the schema
+    return model_detail_payload(request, tracked(f"{org}/{name}"), chosen)
 
 
 @api.get(

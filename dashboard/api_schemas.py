@@ -27,6 +27,9 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from checks.clients import PROFILE_NAMES
+from checks.reuse import CACHE_CLASSES
+from checks.setups import THINKING_CHOICES as SETUP_THINKING
 from registry.models import (
     REPO_ID_RE,
     CheckStatus,
@@ -178,6 +181,22 @@ def _drop_null(schema: dict[str, Any]) -> None:
             prop["anyOf"] = branches
 
 
+class SetupParams(BaseModel):
+    """The reader's setup (the model page takes the same): each left out takes the headline's."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: _drop_null(schema))
+
+    client: Annotated[str, OneOf(PROFILE_NAMES)] | None = Field(
+        None, description="Client profile; default: typical (drops reasoning)"
+    )
+    engine: Annotated[str, OneOf(CACHE_CLASSES)] | None = Field(
+        None, description="Engine cache class; default: trimmable"
+    )
+    thinking: Annotated[str, OneOf(SETUP_THINKING)] | None = Field(
+        None, description="Template setting: default, off or on (enable_thinking)"
+    )
+
+
 class CatalogFilters(BaseModel):
     """The catalog's query parameters (the page at `/` takes the same ones)."""
 
@@ -191,7 +210,14 @@ class CatalogFilters(BaseModel):
     thinking: Annotated[str, OneOf(THINKING_CHOICES)] | None = Field(
         None,
         description="safe_on, safe_off (cache-safe with thinking on/off), none (no switch), "
-        "same or differs (the verdict does / does not depend on it)",
+        "same or differs (the verdict does / does not depend on it); default, off or on: the "
+        "template setting of your setup (verdict and rows follow it)",
+    )
+    client: Annotated[str, OneOf(PROFILE_NAMES)] | None = Field(
+        None, description="Your client profile: verdict and rows follow this setup"
+    )
+    engine: Annotated[str, OneOf(CACHE_CLASSES)] | None = Field(
+        None, description="Your engine cache class: verdict and rows follow this setup"
     )
     hybrid: Annotated[str, OneOf(HYBRID_CHOICES)] | None = Field(
         None, description="yes: hybrid (recurrent) models only; no: attention only"
@@ -261,6 +287,10 @@ class ModelRow(Strict):
     downloads: int
     last_template_change_at: DateTime | None
     url: Url
+    setup_verdict: str | None = Field(
+        None,
+        description="with ?client=, ?engine= or ?thinking=on|off|default: that setup's verdict",
+    )
 
 
 class ModelList(Strict):
@@ -272,6 +302,24 @@ class ModelList(Strict):
     results: list[ModelRow]
 
 
+class ClientVerdict(Strict):
+    """One client profile under one setting: its verdict per engine cache class."""
+
+    profile: str = Field(
+        description="typical, reasoning_content, thinking_chunks, arguments_objects, "
+        "arguments_strings"
+    )
+    verdict: str | None = Field(description="on a trimmable cache; null: does not apply")
+    note: str
+    engines: dict[str, str] = Field(
+        description="trimmable, block, hybrid, hybrid_checkpoints -> verdict"
+    )
+    reuse_share: dict[str, float | None]
+    reply_reused: bool | None
+    reply_units: float | None
+    unit: str = Field(description="tokens or bytes")
+
+
 class Variant(Strict):
     key: str
     label: str
@@ -279,6 +327,9 @@ class Variant(Strict):
     kwargs: dict[str, Any]
     verdict: str
     mean_reusable_share: float | None
+    clients: list[ClientVerdict] = Field(
+        default_factory=list, description="the typical client first (its verdict is `verdict`)"
+    )
 
 
 class Failure(Strict):
@@ -287,7 +338,9 @@ class Failure(Strict):
     variant: str
     session: str
     request_index: int
-    status: str = Field(description="fail or warn")
+    status: str = Field(
+        description="fail (the prompt breaks), reply (the reply is re-read) or warn"
+    )
     cause: str | None = Field(
         description="history, generation_prompt, assistant_output, token_seam, …"
     )
@@ -297,6 +350,8 @@ class Failure(Strict):
     segment: str | None
     template_lines: list[int]
     reusable_share: float
+    prompt_reuse: bool | None = None
+    reply_reuse: bool | None = None
     diff_url: Url
 
 
@@ -432,10 +487,31 @@ class CatalogVariant(Strict):
     share: float | None
 
 
+class SettingVerdict(Strict):
+    label: str
+    kwargs: dict[str, Any]
+    verdict: str | None
+
+
+class SetupVerdict(Strict):
+    """The verdict for the reader's setup, and what to do about it."""
+
+    client: str
+    engine: str
+    thinking: str
+    verdict: str | None = Field(description="null: the client profile does not apply")
+    setting: str = Field(description="the template setting the thinking choice selects")
+    sentence: str
+    settings: list[SettingVerdict] = Field(description="every setting for this client and engine")
+
+
 class ModelDetail(TrackedModel):
     """The registry's fields, the current check, per-variant verdicts and the latest probe."""
 
     variants: list[CatalogVariant]
+    setup: SetupVerdict | None = Field(
+        description="the verdict for ?client=&engine=&thinking= (the headline setup if none)"
+    )
     check: Check | None
     probe: Probe | None
     page_url: Url

@@ -16,6 +16,8 @@ STYLES = {
     Verdict.PENDING: ("checking", "#57606a"),
 }
 UNKNOWN = ("not tracked", "#57606a")
+#: A client profile that does not apply to the template (it never reads thinking chunks, …).
+NOT_APPLICABLE = "not_applicable"
 CHAR_WIDTH = 6.6  # Verdana 11px, close enough for short ASCII labels
 PADDING = 10
 
@@ -25,7 +27,10 @@ def _width(text: str) -> int:
 
 
 def render_badge(verdict: str | None) -> str:
-    text, colour = STYLES.get(verdict, UNKNOWN) if verdict else UNKNOWN  # type: ignore[call-overload]
+    if verdict == NOT_APPLICABLE:
+        text, colour = "does not apply", "#57606a"
+    else:
+        text, colour = STYLES.get(verdict, UNKNOWN) if verdict else UNKNOWN  # type: ignore[call-overload]
     left, right = _width(LABEL), _width(text)
     total = left + right
     label, value = escape(LABEL), escape(text)

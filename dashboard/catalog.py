@@ -6,8 +6,13 @@ from dataclasses import dataclass, fields, replace
 from urllib.parse import urlencode
 
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.lookups import Exact
 from django.http import QueryDict
 
+from checks.clients import PROFILES
+from checks.reuse import CACHE_CLASS_LABELS
+from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS
 from registry.models import HubModel, ProbeStatus, TemplateVersion, Thinking, Tools, Verdict
 
 PAGE_SIZE = 50
@@ -23,7 +28,14 @@ THINKING_CHOICES = {
     "safe_on": "Cache-safe with thinking on",
     "safe_off": "Cache-safe with thinking off",
     **dict(Thinking.choices),
+    # The reader's setup (checks.setups): the verdict shown and filtered is for that setting.
+    THINKING_DEFAULT: "Verdict with the template's defaults",
+    THINKING_OFF: f"Verdict with {THINKING_WORDS[THINKING_OFF]}",
+    THINKING_ON: f"Verdict with {THINKING_WORDS[THINKING_ON]}",
 }
+SETUP_THINKING = (THINKING_DEFAULT, THINKING_OFF, THINKING_ON)
+CLIENT_CHOICES = {p.name: p.label for p in PROFILES}
+ENGINE_CHOICES = dict(CACHE_CLASS_LABELS)
 HYBRID_CHOICES = {"yes": "Hybrid (recurrent) only", "no": "Attention only"}
 # The catalog needs only these columns; the rest of HubModel stays in the database.
 LIST_FIELDS = (
@@ -58,6 +70,8 @@ class CatalogQuery:
     q: str = ""
     verdict: str = ""
     thinking: str = ""
+    client: str = ""
+    engine: str = ""
     hybrid: str = ""
     tools: str = ""
     probe: str = ""
@@ -71,7 +85,7 @@ class CatalogQuery:
         ignored, so a mistyped or outdated link does not silently show everything)."""
         query = cls.from_params(params)
         dropped = []
-        for name in ("verdict", "thinking", "hybrid", "tools", "probe", "sort"):
+        for name in ("verdict", "thinking", "client", "engine", "hybrid", "tools", "probe", "sort"):
             given = (params.get(name) or "").strip()
             if given and given != getattr(query, name):
                 dropped.append(f"{name}={given[:40]}")
@@ -83,6 +97,8 @@ class CatalogQuery:
             q=params.get("q", "").strip()[:200],
             verdict=_choice(params.get("verdict"), Verdict.values),
             thinking=_choice(params.get("thinking"), THINKING_CHOICES),
+            client=_choice(params.get("client"), CLIENT_CHOICES),
+            engine=_choice(params.get("engine"), ENGINE_CHOICES),
             hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
             tools=_choice(params.get("tools"), Tools.values),
             probe=_choice(params.get("probe"), ProbeStatus.values),
@@ -95,9 +111,22 @@ class CatalogQuery:
         """The matching models, sorted, with only the columns a catalog row shows."""
         # Repo id, family, tags, model type; the author is the repo id's first part.
         models = HubModel.objects.search(self.q)
-        if self.verdict:
+        if self.setup_active:
+            # The verdict for the reader's setup, from the catalog row's per-setup verdicts.
+            thinking = self.thinking if self.thinking in SETUP_THINKING else THINKING_DEFAULT
+            path = KeyTransform(
+                self.client or "typical",
+                KeyTransform(thinking, "catalog_verdict__setups"),
+            )
+            chosen = KeyTextTransform(self.engine or "trimmable", path)
+            models = models.annotate(setup_verdict=chosen)
+            if self.verdict:
+                models = models.filter(Exact(chosen, self.verdict))
+        elif self.verdict:
             models = models.filter(verdict=self.verdict)
-        if self.thinking == "safe_on":
+        if self.thinking in SETUP_THINKING:
+            pass
+        elif self.thinking == "safe_on":
             models = models.filter(catalog_verdict__thinking_on=Verdict.SAFE)
         elif self.thinking == "safe_off":
             models = models.filter(catalog_verdict__thinking_off=Verdict.SAFE)
@@ -136,6 +165,11 @@ class CatalogQuery:
             changes["page"] = "1"
         query = urlencode(replace(self, **changes).params)
         return f"?{query}" if query else "?"
+
+    @property
+    def setup_active(self) -> bool:
+        """A reader's setup is chosen: rows show (and `verdict` filters) its verdict."""
+        return bool(self.client or self.engine or self.thinking in SETUP_THINKING)
 
     @property
     def active(self) -> bool:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from checks.clients import PROFILES
+from checks.policy import is_primary
 from checks.reports import TemplateReport
+from checks.reuse import CACHE_CLASS_LABELS, CACHE_CLASSES
+from checks.setups import Setup, SetupVerdict, reply_fate, setup_verdict
 from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
+from registry.verdicts import latest_check
 
 from .stored_reports import (
     MatrixRow,
@@ -77,6 +82,45 @@ class SourceLine:
     culprit: bool
 
 
+@dataclass(frozen=True)
+class SetupRow:
+    profile: str
+    label: str
+    verdict: str | None
+    note: str
+    cells: list[str]  # one verdict per engine cache class, in ENGINE_COLUMNS order
+    reply: str
+
+
+@dataclass(frozen=True)
+class SetupGrid:
+    """The first primary setting's verdict for each client profile × engine cache class."""
+
+    setting: str
+    engines: list[str]
+    rows: list[SetupRow]
+
+
+def setup_grid(report: TemplateReport) -> SetupGrid | None:
+    variant = next((v for v in report.variants if v.clients and is_primary(v)), None)
+    if variant is None:
+        return None
+    labels = {p.name: p.label for p in PROFILES}
+    rows = []
+    for client in variant.clients:
+        rows.append(
+            SetupRow(
+                client.profile,
+                labels.get(client.profile, client.profile),
+                client.verdict,
+                client.note,
+                [client.engines.get(c, "") for c in CACHE_CLASSES],
+                reply_fate(client),
+            )
+        )
+    return SetupGrid(variant.label, [CACHE_CLASS_LABELS[c] for c in CACHE_CLASSES], rows)
+
+
 @dataclass
 class ReportView:
     version: TemplateVersion
@@ -119,6 +163,10 @@ class ReportView:
         return group_breaks(self.pairs)
 
     @property
+    def setups(self) -> SetupGrid | None:
+        return setup_grid(self.report) if self.report is not None else None
+
+    @property
     def fails(self) -> list[PairLocation]:
         return [p for p in self.pairs if p.pair.status == "fail"]
 
@@ -140,3 +188,15 @@ def model_sentence(model: HubModel, view: ReportView | None) -> str:
     if model.is_hybrid and view.report.verdict == "unsafe":
         sentence = f"{sentence} {HYBRID_NOTE}"
     return sentence
+
+
+def model_setup_verdict(model: HubModel, setup: Setup) -> SetupVerdict | None:
+    """The verdict of a model's current template for a reader's setup (None: no report yet)."""
+    snapshot = model.current_snapshot
+    if snapshot is None:
+        return None
+    check = latest_check(snapshot.default_template)
+    if check is None or check.status != CheckStatus.DONE:
+        return None
+    report = rebuild(check.report)
+    return setup_verdict(report, setup) if report is not None else None

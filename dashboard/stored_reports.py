@@ -77,14 +77,15 @@ def failing_pairs(report: TemplateReport) -> list[PairLocation]:
         for p in s.pairs
         if p.status != "pass"
     ]
-    return sorted(found, key=lambda loc: loc.pair.status != "fail")
+    order = {"fail": 0, "reply": 1}
+    return sorted(found, key=lambda loc: order.get(loc.pair.status, 2))
 
 
 @dataclass(frozen=True)
 class MatrixCell:
     """One variant × session: the worst pair, and the pair to open when it is not a pass."""
 
-    status: str  # "pass", "warn", "fail", "not_rendered"
+    status: str  # "pass", "warn", "reply", "fail", "not_rendered"
     detail: str
     first: PairLocation | None
     share: float | None
@@ -115,8 +116,14 @@ def matrix(report: TemplateReport) -> tuple[list[str], list[MatrixRow]]:
                 cells.append(MatrixCell("not_rendered", detail, None, None))
                 continue
             result = found
-            worst = next((p for p in result.pairs if p.status == "fail"), None) or next(
-                (p for p in result.pairs if p.status == "warn"), None
+            worst = next(
+                (
+                    p
+                    for status in ("fail", "reply", "warn")
+                    for p in result.pairs
+                    if p.status == status
+                ),
+                None,
             )
             shares = [p.reusable_share for p in result.pairs]
             share = min(shares) if shares else None

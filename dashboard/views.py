@@ -11,6 +11,18 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
+from checks.clients import PROFILES
+from checks.reports import RequestPair
+from checks.reuse import CACHE_CLASS_LABELS, CACHE_CLASSES
+from checks.setups import (
+    THINKING_CHOICES as SETUP_THINKING,
+)
+from checks.setups import (
+    THINKING_WORDS,
+    Setup,
+    SetupError,
+    setup_verdict,
+)
 from registry.models import (
     HubModel,
     ModelStatus,
@@ -26,6 +38,8 @@ from workers.models import WorkerHeartbeat
 
 from . import badges, history, status
 from .catalog import (
+    CLIENT_CHOICES,
+    ENGINE_CHOICES,
     HYBRID_CHOICES,
     PAGE_SIZE,
     SORT_LABELS,
@@ -37,7 +51,7 @@ from .htmx import HtmxHttpRequest
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe
-from .report_view import ReportView, model_sentence
+from .report_view import ReportView, model_sentence, model_setup_verdict
 from .stored_reports import find_pair
 
 
@@ -53,6 +67,8 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
         "ignored": CatalogQuery.ignored(request.GET),
         "verdicts": Verdict.choices,
         "thinking_choices": THINKING_CHOICES.items(),
+        "client_choices": CLIENT_CHOICES.items(),
+        "engine_choices": ENGINE_CHOICES.items(),
         "tools_choices": Tools.choices,
         "probe_choices": ProbeStatus.choices,
         "hybrid_choices": HYBRID_CHOICES.items(),
@@ -135,8 +151,14 @@ def model_context(
     sync_said = view is None and bool(line.sync.sentence)
     sentence = line.sync.sentence if sync_said else model_sentence(model, view)
     sync_since = sync_since or sync_requested_at(request)
+    setup, setup_error = reader_setup(request)
+    chosen = setup_verdict(view.report, setup) if view is not None and view.report else None
     return {
         **probe_context(request, model),
+        "setup": setup,
+        "setup_error": setup_error,
+        "setup_verdict": chosen,
+        "setup_choices": SETUP_CHOICES,
         "snapshot": snapshot,
         "check": check,
         "view": view,
@@ -154,6 +176,21 @@ def model_context(
         "og_title": f"{model.repo_id}: {model.get_verdict_display()}",
         "og_description": sentence,
     }
+
+
+SETUP_CHOICES = {
+    "client": [(p.name, p.label) for p in PROFILES],
+    "engine": [(c, CACHE_CLASS_LABELS[c]) for c in CACHE_CLASSES],
+    "thinking": [(t, THINKING_WORDS[t]) for t in SETUP_THINKING],
+}
+
+
+def reader_setup(request: HttpRequest) -> tuple[Setup, str]:
+    """The setup in ?client=&engine=&thinking=; an unknown value is ignored and said so."""
+    try:
+        return Setup.parse(request.GET), ""
+    except SetupError as exc:
+        return Setup(), f"Ignored: {exc}."
 
 
 LIVE_PARTIALS = {"check-status", "probe-status", "sync-status"}
@@ -286,8 +323,26 @@ def pair_detail(
         # The same setting first: the pairs a reader compares this one with.
         "pair_lines": [line for line in view.source_lines if line.number in lines],
         "others": sorted(view.pairs, key=lambda loc: loc.variant_key != location.variant_key),
+        "engine_rows": engine_rows(location.pair),
     }
     return render(request, "dashboard/pair.html", context)
+
+
+def engine_rows(pair: RequestPair) -> list[dict[str, Any]]:
+    """One row per engine cache class: what it reuses of the next request, and its bar."""
+    reuse, needed = pair.reuse or {}, pair.needed or {}
+    rows = []
+    for cache_class in CACHE_CLASSES:
+        got, need = reuse.get(cache_class), needed.get(cache_class)
+        rows.append(
+            {
+                "label": CACHE_CLASS_LABELS[cache_class],
+                "reused": got,
+                "needed": need,
+                "lost": got is not None and need is not None and got < need,
+            }
+        )
+    return rows
 
 
 @require_safe
@@ -311,8 +366,20 @@ def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResp
 @cached_page
 def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
     """An SVG badge for a model README; unknown models get a grey "not tracked" badge."""
-    model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
-    svg = badges.render_badge(model.verdict if model else None)
+    setup, _ = reader_setup(request)
+    if setup.is_headline:
+        model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
+        verdict = model.verdict if model else None
+    else:
+        # ?client=&engine=&thinking=: the verdict for the reader's setup, from the report.
+        model = HubModel.objects.filter(repo_id=f"{org}/{name}").first()
+        chosen = model_setup_verdict(model, setup) if model else None
+        verdict = (
+            (chosen.verdict or badges.NOT_APPLICABLE)
+            if chosen
+            else (model.verdict if model else None)
+        )
+    svg = badges.render_badge(verdict)
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     # READMEs on the Hub go through an image proxy: a short max-age keeps it current.
     response["Cache-Control"] = "public, max-age=300"

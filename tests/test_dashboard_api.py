@@ -109,6 +109,18 @@ def test_check_detail_lists_failures_with_their_diff_pages(
     failure = data["failures"][0]
     assert failure["cause"] == "generation_prompt"
     assert failure["template_lines"] and failure["byte_offset"] > 0
+    assert (failure["prompt_reuse"], failure["reply_reuse"]) == (False, False)
+    # Each setting carries its verdict per client profile and engine cache class.
+    for variant in data["variants"]:
+        (typical, *others) = variant["clients"]
+        assert typical["profile"] == "typical" and typical["verdict"] == variant["verdict"]
+        assert set(typical["engines"]) == {"trimmable", "block", "hybrid", "hybrid_checkpoints"}
+        assert [c["profile"] for c in others] == [
+            "reasoning_content",
+            "thinking_chunks",
+            "arguments_objects",
+            "arguments_strings",
+        ]
     diff = client.get(failure["diff_url"].removeprefix("http://testserver"))
     assert diff.status_code == 200
     # A check that has not finished says so; a template never checked is a 404.
@@ -123,6 +135,30 @@ def test_model_detail_carries_the_check_and_probe(client: Client, catalog: Catal
     assert data["verdict"] == "unsafe"
     assert data["check"]["failures"] and data["probe"] is None
     assert [v["key"] for v in data["variants"]] == ["default"]
+
+
+def test_model_detail_takes_the_readers_setup(client: Client, catalog: Catalog) -> None:
+    url = f"/api/models/{catalog.unsafe.repo_id}"
+    headline = get_json(client, url)["setup"]
+    assert (headline["client"], headline["engine"], headline["thinking"]) == (
+        "typical",
+        "trimmable",
+        "default",
+    )
+    assert headline["verdict"] == "unsafe" and headline["sentence"].startswith("Breaks the cache")
+    assert [c["label"] for c in headline["settings"]] == ["no kwargs"]
+    chosen = get_json(client, url + "?client=reasoning_content&engine=hybrid_checkpoints")["setup"]
+    assert (chosen["client"], chosen["engine"]) == ("reasoning_content", "hybrid_checkpoints")
+    assert "with cache checkpoints" in chosen["sentence"]
+    bad = client.get(url + "?engine=quantum")
+    assert bad.status_code == 400 and bad.json()["error"]["code"]
+
+
+def test_badge_takes_the_readers_setup(client: Client, catalog: Catalog) -> None:
+    badge = client.get(f"/badge/{catalog.safe.repo_id}.svg", {"engine": "hybrid"})
+    assert badge.status_code == 200 and "prompt cache: safe" in badge.content.decode()
+    broken = client.get(f"/badge/{catalog.unsafe.repo_id}.svg", {"engine": "block"})
+    assert "prompt cache: breaks" in broken.content.decode()
 
 
 def openapi_examples(catalog: Catalog) -> dict[str, str]:

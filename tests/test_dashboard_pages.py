@@ -55,6 +55,29 @@ def test_model_page_says_the_verdict_and_shows_the_evidence(
     assert f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/" in body  # pinned permalink
 
 
+def test_model_page_shows_the_verdict_for_each_client_and_engine(
+    client: Client, catalog: Catalog
+) -> None:
+    body = client.get(f"/m/{catalog.safe.repo_id}/").content.decode()
+    grid = body.split('id="setups-h"')[1].split("</section>")[0]
+    rows = re.findall(r'<tr id="client-([a-z_]+)">(.*?)</tr>', grid, re.S)
+    assert [name for name, _ in rows] == [
+        "typical",
+        "reasoning_content",
+        "thinking_chunks",
+        "arguments_objects",
+        "arguments_strings",
+    ]
+    typical = rows[0][1]
+    assert "Drops reasoning" in typical
+    assert typical.count("badge-safe") == 4 and "carries over" in typical  # every engine
+    # ChatML never writes reasoning back: those rows say why they match the first one.
+    assert "Same as the first row: the template never writes reasoning into history" in rows[1][1]
+    unsafe = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
+    unsafe_grid = unsafe.split('id="setups-h"')[1].split("</section>")[0]
+    assert unsafe_grid.count("badge-unsafe") >= 4
+
+
 def test_a_safe_model_has_no_breaks_section(client: Client, catalog: Catalog) -> None:
     body = client.get(f"/m/{catalog.safe.repo_id}/").content.decode()
     assert "Cache-safe in every session we replayed" in body
@@ -206,6 +229,14 @@ def test_pair_page_shows_both_renders_and_the_divergence(client: Client, catalog
     before = body.split('id="divergence-before"')[1][:300]
     assert "[LATEST]" in before
     assert "byte 86" in body and "user 1" in body
+    # Prompt and reply reuse told apart, and what each kind of engine cache keeps of request 2.
+    assert "Prompt reuse: request 1 does not carry over" in body
+    engines = body.split('class="engine-reuse"')[1].split("</table>")[0]
+    assert engines.count("<tr") == 5  # a header and the four cache classes
+    assert engines.count('class="lost"') == 3  # trimmable, hybrid, hybrid with checkpoints
+    # No tokenizer in this catalog: blocks are counted in tokens, so the page says so.
+    block = engines.split("Block cache (vLLM, SGLang)")[1].split("</tr>")[0]
+    assert "needs a tokenizer" in block
     lines = body.split("The template lines that wrote the difference")[1].split("</section>")[0]
     assert "#L6" in lines and "#L7" in lines and "#L3" not in lines  # this pair's lines only
     # The latest link of this pair, and the copyable pinned link.
@@ -310,3 +341,33 @@ def test_pages_load_htmx_from_our_own_static_files(client: Client, catalog: Cata
     [src] = re.findall(r'<script src="([^"]*htmx[^"]*\.js)"', body)
     assert src.startswith(settings.STATIC_URL), src  # never a CDN
     assert finders.find(src.removeprefix(settings.STATIC_URL)) is not None
+
+
+def test_the_reader_chooses_a_setup_in_the_url(client: Client, catalog: Catalog) -> None:
+    base = f"/m/{catalog.safe.repo_id}/"
+    headline = client.get(base).content.decode()
+    setup = headline.split('id="setup"')[1].split("</div>")[0]
+    # No choice made: the setup most readers have, stated in words, and a form to pick theirs.
+    assert "Verdict for the typical setup." in setup
+    assert "A client that drops reasoning (most OpenAI-compatible clients)" in setup
+    assert '<select name="client">' in setup and '<select name="engine">' in setup
+    chosen = client.get(base, {"client": "reasoning_content", "engine": "hybrid"})
+    body = chosen.content.decode()
+    panel = body.split('id="setup"')[1].split("</ul>")[0]
+    assert '<option value="hybrid" selected>' in panel
+    assert "Cache-safe for a client that sends reasoning back as reasoning_content" in panel
+    assert "a hybrid model without cache checkpoints" in panel
+    # Each setting of the template is its own chip.
+    assert panel.count('class="chip ') == len(
+        client.get(f"/api/checks/{sha(catalog.safe)}").json()["variants"]
+    )
+    # An unknown value is ignored, and the page says so.
+    bad = client.get(base, {"engine": "quantum"}).content.decode()
+    assert "Ignored: unknown engine &#x27;quantum&#x27;" in bad
+
+
+def test_a_setup_that_breaks_says_what_keeps_the_cache(client: Client, catalog: Catalog) -> None:
+    body = client.get(f"/m/{catalog.unsafe.repo_id}/", {"engine": "hybrid"}).content.decode()
+    panel = body.split('id="setup"')[1].split("</ul>")[0]
+    assert "Breaks the cache for a client that drops reasoning" in panel
+    assert "First break:" in panel

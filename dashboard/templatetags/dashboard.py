@@ -7,6 +7,7 @@ from datetime import timedelta
 from django import template
 from django.urls import reverse
 
+from checks.setups import Setup
 from dashboard.catalog import CatalogQuery
 from dashboard.stored_reports import PairLocation
 from registry.models import Verdict
@@ -78,3 +79,15 @@ def elapsed(value: timedelta | None) -> str:
     if seconds < 3600:
         return f"{seconds // 60} min"
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+@register.filter
+def attr_of(value: object, name: str) -> object:
+    """`setup|attr_of:"client"`: an attribute by name, for loops over field names."""
+    return getattr(value, name, "")
+
+
+@register.filter
+def setup_query(setup: Setup, thinking: str) -> str:
+    """The query string of `setup` with another thinking setting."""
+    return setup.query(thinking=thinking)

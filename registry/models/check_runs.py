@@ -99,6 +99,8 @@ class CatalogVerdict(models.Model):
     )
     #: [{"key", "label", "verdict", "share"}] for each variant, in the engine's order.
     variants = models.JSONField(default=list, blank=True)
+    #: {thinking: {client: {engine: verdict}}}: the verdict for each reader's setup.
+    setups = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"{self.model_id}: thinking {self.thinking}, tools {self.tools}"

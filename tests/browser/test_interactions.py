@@ -148,3 +148,26 @@ def test_checking_page_updates_itself_when_the_check_finishes(
     expect(page.locator("#check-status")).not_to_have_attribute("hx-trigger", "every 2s")
     page.get_by_role("link", name="Show the full results").click()
     expect(page.locator("table.matrix")).to_be_visible()
+
+
+def test_choose_your_setup_on_a_model_page(page: Any, live_server: Any, catalog: Catalog) -> None:
+    page.goto(f"{live_server.url}/m/{catalog.safe.repo_id}/")
+    setup = page.locator("#setup")
+    expect(setup).to_contain_text("Verdict for the typical setup.")
+    page.get_by_label("Engine", exact=True).select_option("hybrid")
+    page.get_by_label("Client", exact=True).select_option("reasoning_content")
+    page.get_by_role("button", name="Show the verdict").click()
+    # The choice is in the URL, so the link a reader shares is their setup.
+    expect(page).to_have_url(re.compile(r"client=reasoning_content&engine=hybrid"))
+    expect(page.locator(".setup-sentence")).to_contain_text(
+        "Cache-safe for a client that sends reasoning back as reasoning_content"
+    )
+    expect(page.get_by_label("Engine", exact=True)).to_have_value("hybrid")
+    # Every setting is a chip; the chosen one is marked.
+    expect(page.locator(".chips .chip-chosen")).to_have_count(1)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        screenshot(page, f"setup-{width}")
+        # Nothing of the setup panel spills past the viewport on a phone.
+        box = setup.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width + 1
