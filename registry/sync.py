@@ -43,6 +43,7 @@ from .repo_files import (
     sha256_text,
 )
 from .signals import catalog_changed, status_changed, template_changed
+from .verdicts import record_unreadable
 
 logger = logging.getLogger(__name__)
 
@@ -428,6 +429,8 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
             values["last_template_change_at"] = max(dates) if dates else timezone.now()
         changed = _assign(model, values)
         model.save(update_fields=changed)
+        if observation.broken_reason and model.current_snapshot_id is None:
+            record_unreadable(model.pk, observation.broken_reason)
         for change in created:
             transaction.on_commit(partial(_announce, change.pk))
         # Snapshots and named templates are bulk-created (no post_save): say so to the pages.

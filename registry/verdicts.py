@@ -225,6 +225,21 @@ def refresh_verdicts(
     return [event.model_id for event in events]
 
 
+def record_unreadable(model_id: int, reason: str) -> None:
+    """A repo whose template files cannot be read (not UTF-8, a `chat_template` that is not a
+    string, malformed JSON) and that has no earlier readable template: its verdict is `error`
+    with the reason, not `pending` forever. A repo with a readable earlier template keeps that
+    template's verdict (the sync status says what broke)."""
+    summary = f"Could not check this template: {reason}."
+    updated = HubModel.objects.filter(pk=model_id, current_snapshot__isnull=True).exclude(
+        verdict=Verdict.ERROR, verdict_summary=summary
+    )
+    if updated.update(
+        verdict=Verdict.ERROR, verdict_summary=summary, verdict_updated_at=timezone.now()
+    ):
+        catalog_changed.send(sender=HubModel, model_ids=[model_id])
+
+
 def record_probe(run: ProbeRun) -> None:
     """Put a stored probe's verdict on the model's catalog row.
 

@@ -328,8 +328,12 @@ def test_hostile_files_make_the_repo_broken_with_a_reason(
 ) -> None:
     upload(fake_hub, "org/hostile", files)
     assert sync("org/hostile").status == ModelStatus.BROKEN
-    assert reason in api("org/hostile")["status_reason"]
+    shown = api("org/hostile")
+    assert reason in shown["status_reason"]
     assert not TemplateSnapshot.objects.exists()
+    # Nothing readable to check: the verdict says so with the reason instead of staying pending.
+    assert shown["verdict"] == "error"
+    assert reason in HubModel.objects.get(repo_id="org/hostile").verdict_summary
 
 
 def test_broken_upstream_keeps_the_last_good_template_and_recovers(
