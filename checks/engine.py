@@ -476,10 +476,8 @@ def run_session(
     errors: list[str] = []
     chosen: tuple[str, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], list[str]] | None
     chosen = None
-    base = _emitted_messages(session, mode)
     for form in forms:
-        truth = with_string_arguments(base) if form == "string" else base
-        messages = client.history(truth)
+        truth, messages = sent_messages(session, mode, client, form)
         try:
             # Request k is sent k clock steps after the first (see CLOCK_STEP).
             prompts = [
@@ -733,6 +731,31 @@ def _memoized(
     return cached
 
 
+def learn(renderer: Renderer, asts: dict[str, jinja2.nodes.Template]) -> None:
+    """What the renderer must know of each named template: does it read the clock, reasoning,
+    tool calls, thinking chunks, and which switches turn thinking off."""
+    renderer.clocked |= {name for name, ast in asts.items() if findings.reads_clock(ast)}
+    for name, ast in asts.items():
+        switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
+        renderer.profiles[name] = ReasoningProfile(
+            reads_reasoning(ast),
+            switches,
+            reads_field(ast, {"tool_calls"}),
+            reads_thinking_chunks(ast),
+        )
+
+
+def sent_messages(
+    session: Session, mode: str, client: ClientProfile, form: str
+) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """(what the model emitted, what the client sends back) for a session under a reasoning
+    mode, a client profile and a tool-argument form: the one rule run_session and the pair
+    page use."""
+    base = _emitted_messages(session, mode)
+    truth = with_string_arguments(base) if form == "string" else base
+    return truth, client.history(truth)
+
+
 def run_check(
     source: TemplateSource,
     templates: TemplateCache,
@@ -753,15 +776,7 @@ def run_check(
     except jinja2.TemplateSyntaxError as exc:
         reason = f"template syntax error at line {exc.lineno}: {exc.message}"
         return error_report(source, file, reason, started, tokenizer_sha)
-    renderer.clocked |= {name for name, ast in asts.items() if findings.reads_clock(ast)}
-    for name, ast in asts.items():
-        switches = tuple(n for n in thinking_kwargs(ast) if _SWITCH.match(n))
-        renderer.profiles[name] = ReasoningProfile(
-            reads_reasoning(ast),
-            switches,
-            reads_field(ast, {"tool_calls"}),
-            reads_thinking_chunks(ast),
-        )
+    learn(renderer, asts)
     try:
         planned = plan_variants(asts)
         variants = tuple(run_variant(renderer, v) for v in planned)

@@ -9,9 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import jinja2
+
 from checks.attribution import Span
-from checks.conversations import TOOLS, session_named, with_string_arguments
-from checks.engine import CheckOptions, Renderer, RenderFailed
+from checks.clients import TYPICAL, profile_named
+from checks.conversations import TOOLS, session_named
+from checks.engine import (
+    CheckOptions,
+    Renderer,
+    RenderFailed,
+    learn,
+    reasoning_mode,
+    sent_messages,
+)
 from checks.rendering import TemplateCache
 from checks.sources import TemplateSource
 from checks.variants import Variant
@@ -31,6 +41,7 @@ class PairRequest:
     session: str
     arguments_form: str
     index: int
+    client: str = TYPICAL.name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +50,7 @@ class PairRequest:
             "session": self.session,
             "arguments_form": self.arguments_form,
             "index": self.index,
+            "client": self.client,
         }
 
     @classmethod
@@ -49,6 +61,7 @@ class PairRequest:
             str(data["session"]),
             str(data["arguments_form"]),
             int(data["index"]),
+            str(data.get("client", TYPICAL.name)),
         )
 
 
@@ -59,32 +72,45 @@ def _plain(spans: list[Span]) -> list[dict[str, int]]:
 def render_pair(
     source: TemplateSource, pair: PairRequest, templates: TemplateCache
 ) -> dict[str, Any]:
-    """Both renders of the pair, their spans, the later request's messages and the reply."""
+    """Both renders of the pair, their spans, the later request's messages and the reply:
+    rendered as the check rendered them (the reasoning mode of the setting, the client's
+    history, the clock moving between requests)."""
     renderer = Renderer(source, templates, CheckOptions())
     variant = Variant(pair.template_name, pair.kwargs)
     try:
         session = session_named(pair.session)
     except KeyError as exc:
         raise PairUnavailable(f"no session named {pair.session!r}") from exc
-    messages = session.messages
-    if pair.arguments_form == "string":
-        messages = with_string_arguments(messages)
+    try:
+        client = profile_named(pair.client)
+    except KeyError as exc:
+        raise PairUnavailable(f"no client profile named {pair.client!r}") from exc
+    try:
+        learn(renderer, {name: renderer.parsed(name) for name in source.templates})
+    except jinja2.TemplateSyntaxError as exc:
+        raise PairUnavailable(f"template syntax error at line {exc.lineno}") from exc
     ends = session.request_ends()
     if not 0 < pair.index < len(ends):
         raise PairUnavailable(f"request {pair.index} is not part of session {session.name}")
+    try:
+        mode = reasoning_mode(renderer, variant)
+    except RenderFailed as exc:
+        raise PairUnavailable(str(exc)) from exc
+    truth, messages = sent_messages(session, mode, client, pair.arguments_form)
     request, next_request = messages[: ends[pair.index - 1]], messages[: ends[pair.index]]
     tools = TOOLS if session.uses_tools else None
+    tick = pair.index - 1
     try:
-        before = renderer.render(variant, request, tools, True)
-        after = renderer.render(variant, next_request, tools, True)
+        before = renderer.render(variant, request, tools, True, tick)
+        after = renderer.render(variant, next_request, tools, True, tick + 1)
     except RenderFailed as exc:
         raise PairUnavailable(str(exc)) from exc
     return {
         "before": before,
         "after": after,
         # Every character attributed: the page shows who wrote each line, not just the first.
-        "before_spans": _plain(renderer.spans(variant, request, tools, len(before))),
-        "after_spans": _plain(renderer.spans(variant, next_request, tools, len(after))),
+        "before_spans": _plain(renderer.spans(variant, request, tools, len(before), tick)),
+        "after_spans": _plain(renderer.spans(variant, next_request, tools, len(after), tick + 1)),
         "messages": [dict(m) for m in next_request],
-        "reply": dict(messages[ends[pair.index - 1]]),
+        "reply": dict(truth[ends[pair.index - 1]]),
     }

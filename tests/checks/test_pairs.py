@@ -26,6 +26,13 @@ SLOW_LATER = (
     "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
 )
 
+# Writes every reasoning it is sent.
+KEEPS_REASONING = (
+    "{% for m in messages %}<{{ m.role }}>{% if m.reasoning_content %}<think>"
+    "{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SandboxPool]:
@@ -57,6 +64,20 @@ def test_a_pair_that_does_not_exist_is_unavailable(pool: SandboxPool) -> None:
         render_pair(source, pair(index=9), pool=pool)
     with pytest.raises(PairUnavailable, match="no session named"):
         render_pair(source, pair(session="nope"), pool=pool)
+
+
+def test_the_pair_is_rendered_as_the_check_rendered_it(pool: SandboxPool) -> None:
+    """The typical client drops reasoning from history; the model's reply still carried it.
+    With the reasoning_content client the history keeps it: the page shows what was checked."""
+    source = TemplateSource({"default": KEEPS_REASONING})
+    typical = render_pair(source, pair(session="reasoning_history"), pool=pool)
+    assert "<think>" not in typical["after"]
+    assert typical["reply"]["reasoning_content"]  # what the model emitted
+    sent = PairRequest("default", (), "reasoning_history", "dict", 2, "reasoning_content")
+    kept = render_pair(source, sent, pool=pool)
+    assert "<think>" in kept["before"]  # the last assistant message keeps its reasoning
+    with pytest.raises(PairUnavailable, match="no client profile named"):
+        render_pair(source, PairRequest("default", (), "chat", "dict", 1, "nobody"), pool=pool)
 
 
 def test_a_template_that_loops_is_stopped_and_the_pool_goes_on(pool: SandboxPool) -> None:
