@@ -111,17 +111,41 @@ class RenderCall:
     now: datetime = DEFAULT_NOW  # what strftime_now read
 
 
+def template_line(exc: BaseException) -> int | None:
+    """The template line that raised: Jinja rewrites its traceback so that the generated code's
+    frames carry the template's own line numbers (filename `<template>`); the last one is where
+    the error happened (a macro's body rather than its call)."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            # A frame Jinja did not rewrite (a BaseException such as the CPU budget's passes
+            # its handler) still runs the generated code: map its line through the debug info.
+            compiled = tb.tb_frame.f_globals.get("__jinja_template__")
+            line = (
+                tb.tb_lineno
+                if compiled is None
+                else compiled.get_corresponding_lineno(tb.tb_lineno)
+            )
+        tb = tb.tb_next
+    return line
+
+
 def describe_error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    described = f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    line = template_line(exc)
+    return f"{described} (template line {line})" if line is not None else described
 
 
 def fatal_reason(exc: BaseException) -> str | None:
     """Why to stop the whole check, or None when the error is the template's normal refusal."""
+    line = template_line(exc)
+    where = f" (template line {line})" if line is not None else ""
     if isinstance(exc, RenderLimitError):
-        return str(exc)
+        return f"{exc}{where}"
     if isinstance(exc, RecursionError):
-        return "template recursion too deep"
+        return f"template recursion too deep{where}"
     if isinstance(exc, jinja2.exceptions.SecurityError):
         return f"sandbox refused unsafe access: {exc}"
     return None

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
 
-from checks.engine import CheckOptions, run_check
+from checks.engine import CheckOptions, run_check, template_line
 from checks.pairs import PairRequest, PairUnavailable, render_pair
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.sources import TemplateSource
@@ -138,8 +138,13 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
                 answer = handle(job, templates, tokenizers)
             finally:
                 stop_cpu_budget()
-        except CpuBudgetExceeded:
-            answer = {"ok": False, "error": f"render exceeded its CPU budget of {budget:g} s"}
+        except CpuBudgetExceeded as exc:
+            line = template_line(exc)
+            where = f" (at template line {line})" if line is not None else ""
+            answer = {
+                "ok": False,
+                "error": f"render exceeded its CPU budget of {budget:g} s{where}",
+            }
         except MemoryError:
             # Memory may be fragmented past use: answer, then let the parent start a fresh worker.
             answer = {"ok": False, "error": "template used more memory than allowed", "exit": True}

@@ -76,9 +76,29 @@ def test_infinite_loop_is_stopped_at_its_cpu_budget(hostile_pool: SandboxPool) -
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
     )
     assert verdict == ERROR
-    assert why == f"render exceeded its CPU budget of {WALL:g} s"
+    # The limit that was hit, and where the template was when it was hit.
+    assert why == f"render exceeded its CPU budget of {WALL:g} s (at template line 1)"
     assert elapsed >= WALL  # CPU time cannot pass faster than the clock
     assert hostile_pool.restarts == restarts  # interrupted in Python: the worker lives on
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("{% for m in messages %}\n{{ m.content + 1 }}{% endfor %}", "(template line 2)"),
+        ("a\nb\n{{ messages[0].content.nope() }}", "(template line 3)"),
+        ("{% macro f(n) %}\n{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", "deep (template line 2)"),
+        ("\n\n\n{{ 'x' * 10**10 }}", "items with '*' (limit 4194304) (template line 4)"),
+    ],
+    ids=["type-error", "undefined-call", "recursion", "string-bomb"],
+)
+def test_error_reasons_name_the_template_line(
+    hostile_pool: SandboxPool, template: str, reason: str
+) -> None:
+    """Not a line of Jinja's generated Python: the template's own line."""
+    verdict, why, _ = check(hostile_pool, template)
+    assert verdict == ERROR
+    assert why.endswith(reason), why
 
 
 def test_pool_keeps_working_after_hostile_jobs(hostile_pool: SandboxPool) -> None:
