@@ -541,6 +541,10 @@ def run_session(
             next_request: tuple[dict[str, Any], ...] = next_request,
             tick: int = k,
         ) -> tuple[list[Span], list[Span]]:
+            if client is not TYPICAL:
+                # Only the typical client's pairs get a page and a matrix cell: the others say
+                # what broke without paying for line attribution.
+                return [], []
             return (
                 renderer.spans(variant, request, tools, until, tick),
                 renderer.spans(variant, next_request, tools, until, tick + 1),
