@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from checks.diagnose import ClientRequest, RequestError, parse_text, read_requests
 from checks.engine import ENGINE_VERSION, CheckOptions, error_report
 from checks.pairs import PairRequest, PairUnavailable
 from checks.reports import TemplateReport
@@ -36,10 +37,12 @@ __all__ = [
     "ENGINE_VERSION",
     "CheckInput",
     "CheckOptions",
+    "ClientRequest",
     "DirectoryResultCache",
     "MemoryResultCache",
     "PairRequest",
     "PairUnavailable",
+    "RequestError",
     "ResultCache",
     "SandboxLimits",
     "SandboxPool",
@@ -48,6 +51,9 @@ __all__ = [
     "TemplateSource",
     "check_template",
     "check_templates",
+    "diagnose_requests",
+    "parse_text",
+    "read_requests",
     "render_pair",
     "default_cache",
 ]
@@ -207,6 +213,39 @@ def check_templates(
         return list(
             executor.map(lambda item: _run(item, options, pool, cache, cpu_seconds), inputs)
         )
+
+
+def diagnose_requests(
+    source: TemplateSource,
+    requests: Sequence[ClientRequest],
+    *,
+    pool: SandboxPool | None = None,
+    tokenizer_json: str | None = None,
+    cpu_seconds: float | None = None,
+    wall_seconds: float | None = None,
+) -> list[dict[str, Any]]:
+    """Why each request of a client's conversation did or did not keep the cache (docs/
+    diagnose.md): one dict per pair, rendered in the sandbox. The CPU budget grows with the
+    number of requests (each is rendered once).
+
+    Raises SandboxError when the template breaks a limit.
+    """
+    pool = pool or default_pool()
+    budget = cpu_seconds or pool.limits.cpu_seconds
+    budget *= max(1.0, len(requests) / 20)
+    job = {
+        "kind": "diagnose",
+        "templates": source.templates,
+        "special_tokens": source.special_tokens,
+        "origin": source.origin,
+        "sha256": source.sha256,
+        "requests": [r.to_dict() for r in requests],
+        "tokenizer_json": tokenizer_json,
+        "tokenizer_sha256": None if tokenizer_json is None else sha256_text(tokenizer_json),
+    }
+    answer = pool.run(job, budget, wall_seconds=wall_seconds)
+    pairs: list[dict[str, Any]] = answer["pairs"]
+    return pairs
 
 
 def render_pair(

@@ -242,6 +242,15 @@ def _gate_on_setup(
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["diagnose"]:
+        from checks.cli_diagnose import main as diagnose_main
+
+        return diagnose_main(argv[1:], out)
+    if argv[:1] == ["proxy"]:
+        from checks.proxy import main as proxy_main
+
+        return proxy_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:

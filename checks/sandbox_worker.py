@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
 
+from checks.diagnose import ClientRequest, diagnose_source
 from checks.engine import CheckOptions, run_check, template_line
 from checks.pairs import PairRequest, PairUnavailable, render_pair
 from checks.rendering import CheckEnvironment, TemplateCache
@@ -101,6 +102,13 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         origin=job["origin"],
         sha256=job["sha256"],
     )
+    if job.get("kind") == "diagnose":
+        encoder = None
+        if job.get("tokenizer_json") is not None:
+            encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])
+        requests = [ClientRequest.from_dict(r) for r in job["requests"]]
+        pairs = diagnose_source(source, requests, templates, encoder)
+        return {"ok": True, "pairs": [pair.to_dict() for pair in pairs]}
     if job.get("kind") == "render_pair":
         try:
             pair = render_pair(source, PairRequest.from_dict(job["pair"]), templates)
@@ -139,8 +147,8 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
             finally:
                 stop_cpu_budget()
         except CpuBudgetExceeded as exc:
-            line = template_line(exc)
-            where = f" (at template line {line})" if line is not None else ""
+            at = template_line(exc)
+            where = f" (at template line {at})" if at is not None else ""
             answer = {
                 "ok": False,
                 "error": f"render exceeded its CPU budget of {budget:g} s{where}",

@@ -1,0 +1,349 @@
+"""`python -m checks proxy --upstream URL`: a recording proxy in front of an OpenAI-compatible
+server that says, for every chat request, why the prompt cache kept or lost its prefix.
+
+Requests and answers pass through unchanged (streaming included: chunks are relayed as they
+arrive). Chat requests are grouped into conversations (the earlier request sharing the most
+leading messages); each is diagnosed against the previous request of its conversation
+(`checks.diagnose`: rendered in the sandbox when `--template` is given, the client's side only
+otherwise), beside the upstream's own cache figures (`usage.prompt_tokens_details.cached_tokens`,
+llama.cpp's `timings.cache_n`) and the time to the first byte of the answer. One line per request
+is printed and, with `--log`, appended as JSON Lines. Authorization headers are never logged;
+request bodies only with `--keep-bodies`.
+
+Standard library HTTP server (threads) and `httpx2` for the upstream: nothing to install beyond
+what huggingface_hub already brings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Any
+
+from checks.diagnose import HINTS, NONE, ClientRequest, RequestError, client_change, parse_body
+
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
+#: Bytes of an answer kept to read its usage (streams put it in the last events).
+ANSWER_TAIL = 256 * 1024
+MAX_BODY = 32 * 1024 * 1024
+
+
+@dataclass
+class Conversation:
+    number: int
+    requests: list[ClientRequest] = field(default_factory=list)
+
+
+class Recorder:
+    """Groups requests into conversations and diagnoses each against its predecessor."""
+
+    def __init__(self, template: Any | None, tokenizer_json: str | None, pool: Any | None) -> None:
+        self.template = template
+        self.tokenizer_json = tokenizer_json
+        self.pool = pool
+        self.conversations: list[Conversation] = []
+        self.lock = threading.Lock()
+
+    def place(self, request: ClientRequest) -> tuple[Conversation, ClientRequest | None]:
+        """The conversation of `request`, and the request it follows: the conversation whose
+        last request shares the most leading messages past the system prompt, else (a trimmed
+        or edited history) the most messages anywhere, at least two; else a new one."""
+        new = [m for m in request.messages if m.get("role") not in ("system", "developer")]
+        with self.lock:
+            best, score_best = None, (0, 0)
+            for conversation in self.conversations:
+                old = [
+                    m
+                    for m in conversation.requests[-1].messages
+                    if m.get("role") not in ("system", "developer")
+                ]
+                leading = 0
+                for a, b in zip(old, new, strict=False):
+                    if a != b:
+                        break
+                    leading += 1
+                overlap = sum(1 for m in new if m in old)
+                score = (leading, overlap)
+                if (leading >= 1 or overlap >= 2) and score >= score_best:
+                    best, score_best = conversation, score
+            if best is None:
+                best = Conversation(len(self.conversations) + 1)
+                self.conversations.append(best)
+            previous = best.requests[-1] if best.requests else None
+            best.requests.append(request)
+            return best, previous
+
+    def diagnose(self, previous: ClientRequest | None, request: ClientRequest) -> dict[str, Any]:
+        if previous is None:
+            return {"cause": "first", "prompt_reuse": None, "hint": "", "detail": "first request"}
+        if self.template is not None:
+            from checks import diagnose_requests
+            from checks.sandbox import SandboxError
+
+            try:
+                (pair,) = diagnose_requests(
+                    self.template,
+                    [previous, request],
+                    pool=self.pool,
+                    tokenizer_json=self.tokenizer_json,
+                )
+            except SandboxError as exc:
+                return {"cause": "error", "prompt_reuse": None, "hint": "", "detail": str(exc)}
+            return pair
+        change = client_change(previous, request)
+        if change is None:
+            return {
+                "cause": NONE,
+                "prompt_reuse": None,
+                "hint": "",
+                "detail": "the messages extend the previous request (no --template: the "
+                "template's side is not checked)",
+            }
+        return {
+            "cause": change.cause,
+            "prompt_reuse": None,
+            "hint": HINTS[change.cause],
+            "detail": change.detail,
+            "where": {"message": change.message, "field": change.field, "offset": change.offset},
+        }
+
+
+def cache_figures(answer: bytes) -> dict[str, int | None]:
+    """The upstream's own reuse figures from a JSON answer or the events of a stream."""
+    found: dict[str, int | None] = {"cached_tokens": None, "prompt_tokens": None}
+    candidates: list[Any] = []
+    text = answer.decode("utf-8", "replace")
+    try:
+        candidates.append(json.loads(text))
+    except json.JSONDecodeError:
+        for line in text.splitlines():
+            if line.startswith("data:"):
+                payload = line[5:].strip()
+                if payload and payload != "[DONE]":
+                    try:
+                        candidates.append(json.loads(payload))
+                    except json.JSONDecodeError:
+                        continue
+    for event in candidates:
+        if not isinstance(event, dict):
+            continue
+        usage = event.get("usage") or {}
+        if isinstance(usage, dict):
+            details = usage.get("prompt_tokens_details") or {}
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                found["cached_tokens"] = int(details["cached_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                found["prompt_tokens"] = int(usage["prompt_tokens"])
+            if usage.get("cache_read_input_tokens") is not None:  # Anthropic's field
+                found["cached_tokens"] = int(usage["cache_read_input_tokens"])
+        timings = event.get("timings") or {}
+        if isinstance(timings, dict) and timings.get("cache_n") is not None:  # llama.cpp
+            found["cached_tokens"] = int(timings["cache_n"])
+            if timings.get("prompt_n") is not None:
+                found["prompt_tokens"] = int(timings["prompt_n"]) + int(timings["cache_n"])
+    return found
+
+
+def make_handler(
+    upstream: str, recorder: Recorder, out: IO[str], log: IO[str] | None, keep_bodies: bool
+) -> type[BaseHTTPRequestHandler]:
+    import httpx2
+
+    client = httpx2.Client(timeout=httpx2.Timeout(600.0, connect=10.0))
+    write_lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+            return  # our own line per request instead of the access log
+
+        def _relay(self) -> None:
+            started = time.perf_counter()
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self.send_error(413, f"request body over {MAX_BODY} bytes")
+                return
+            body = self.rfile.read(length) if length else b""
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            tail = bytearray()
+            first_byte: float | None = None
+            try:
+                with client.stream(
+                    self.command, upstream + self.path, headers=headers, content=body
+                ) as answer:
+                    self.send_response(answer.status_code)
+                    for key, value in answer.headers.items():
+                        if key.lower() not in HOP_BY_HOP:
+                            self.send_header(key, value)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk in answer.iter_raw():
+                        if not chunk:
+                            continue
+                        if first_byte is None:
+                            first_byte = time.perf_counter()
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                        tail.extend(chunk)
+                        if len(tail) > ANSWER_TAIL:
+                            del tail[: len(tail) - ANSWER_TAIL]
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    status = answer.status_code
+            except httpx2.HTTPError as exc:
+                self.send_error(502, f"upstream unreachable: {type(exc).__name__}")
+                return
+            if self.command == "POST" and self.path.rstrip("/").endswith(
+                ("/chat/completions", "/messages")
+            ):
+                ttft = None if first_byte is None else (first_byte - started) * 1000
+                self._record(body, bytes(tail), status, ttft)
+
+        def _record(self, body: bytes, answer: bytes, status: int, ttft: float | None) -> None:
+            try:
+                request = parse_body(json.loads(body or b"null"), "request")
+            except (RequestError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                entry: dict[str, Any] = {"path": self.path, "status": status, "error": str(exc)}
+            else:
+                conversation, previous = recorder.place(request)
+                entry = {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "path": self.path,
+                    "status": status,
+                    "conversation": conversation.number,
+                    "request": len(conversation.requests),
+                    "diagnosis": recorder.diagnose(previous, request),
+                    **cache_figures(answer),
+                    "ttft_ms": None if ttft is None else round(ttft, 1),
+                }
+                if keep_bodies:
+                    entry["body"] = json.loads(body)
+            with write_lock:
+                out.write(line_for(entry) + "\n")
+                out.flush()
+                if log is not None:
+                    log.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    log.flush()
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815
+
+    return Handler
+
+
+def line_for(entry: dict[str, Any]) -> str:
+    if "error" in entry:
+        return f"{entry['path']}: not a chat request we can read ({entry['error']})"
+    diagnosis = entry["diagnosis"]
+    head = f"[conversation {entry['conversation']} request {entry['request']}]"
+    parts = [diagnosis["cause"]]
+    if diagnosis.get("prompt_reuse") is not None:
+        parts.append(f"prompt reuse {round(diagnosis['prompt_reuse'] * 100)}%")
+    if entry.get("cached_tokens") is not None:
+        total = entry.get("prompt_tokens")
+        parts.append(f"server cached {entry['cached_tokens']}" + (f"/{total}" if total else ""))
+    if entry.get("ttft_ms") is not None:
+        parts.append(f"first byte {entry['ttft_ms']:.0f} ms")
+    line = f"{head} " + " · ".join(parts)
+    if diagnosis["cause"] not in (NONE, "first"):
+        line += f" — {diagnosis['detail']}. {diagnosis.get('hint', '')}".rstrip()
+    return line
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m checks proxy",
+        description="Pass an OpenAI-compatible API through and say, per chat request, why the "
+        "prompt cache kept or lost its prefix.",
+    )
+    parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8099", help="HOST:PORT (default %(default)s)"
+    )
+    parser.add_argument(
+        "--template", type=Path, help="the served model's template: render-level causes"
+    )
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer.json: reuse counted in tokens")
+    parser.add_argument("--log", type=Path, help="append one JSON line per request here")
+    parser.add_argument(
+        "--keep-bodies", action="store_true", help="also log request bodies (off by default)"
+    )
+    return parser
+
+
+def serve(
+    upstream: str,
+    listen: tuple[str, int],
+    *,
+    template: Any | None = None,
+    tokenizer_json: str | None = None,
+    out: IO[str] | None = None,
+    log: IO[str] | None = None,
+    keep_bodies: bool = False,
+    pool: Any | None = None,
+) -> ThreadingHTTPServer:
+    """A started proxy server (not yet serving: call `serve_forever`, or use `start`)."""
+    recorder = Recorder(template, tokenizer_json, pool)
+    handler = make_handler(upstream.rstrip("/"), recorder, out or sys.stdout, log, keep_bodies)
+    server = ThreadingHTTPServer(listen, handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit():
+        sys.stderr.write("python -m checks proxy: error: --listen must be HOST:PORT\n")
+        return 2
+    template = tokenizer_json = None
+    if args.template is not None:
+        from checks.cli_diagnose import UsageError, load_template
+
+        try:
+            template, tokenizer_json = load_template(args.template, args.tokenizer)
+        except UsageError as exc:
+            sys.stderr.write(f"python -m checks proxy: error: {exc}\n")
+            return 2
+    log = args.log.open("a", encoding="utf-8") if args.log else None
+    try:
+        server = serve(
+            args.upstream,
+            (host or "127.0.0.1", int(port)),
+            template=template,
+            tokenizer_json=tokenizer_json,
+            log=log,
+            keep_bodies=args.keep_bodies,
+        )
+    except OSError as exc:
+        sys.stderr.write(f"python -m checks proxy: error: cannot listen on {args.listen}: {exc}\n")
+        return 2
+    sys.stdout.write(f"proxy on http://{args.listen} → {args.upstream}\n")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if log is not None:
+            log.close()
+    return 0

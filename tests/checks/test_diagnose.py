@@ -1,0 +1,111 @@
+"""`python -m checks diagnose` and the library under it: each cause, found in requests written
+for it, the earlier of a client's and a template's change, and bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks import RequestError, SandboxPool, TemplateSource, diagnose_requests, parse_text
+from tests.checks.test_cli import run
+from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxPool]:
+    pool = SandboxPool(size=1)
+    yield pool
+    pool.close()
+
+
+def write_case(tmp_path: Path, template: str, bodies: list[dict[str, Any]]) -> tuple[Path, Path]:
+    template_path = tmp_path / "chat_template.jinja"
+    template_path.write_text(template)
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(json.dumps(body) + "\n" for body in bodies))
+    return template_path, log
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "bodies", "pair", "cause"), CASES, ids=[c[0] for c in CASES]
+)
+def test_each_cause_from_the_cli(
+    tmp_path: Path, name: str, template: str, bodies: list[dict[str, Any]], pair: int, cause: str
+) -> None:
+    template_path, log = write_case(tmp_path, template, bodies)
+    process = run("diagnose", str(log), "--template", str(template_path), "--json")
+    assert process.returncode == 0, process.stderr
+    pairs = json.loads(process.stdout)["pairs"]
+    assert [(p["from"], p["to"]) for p in pairs] == [(k, k + 1) for k in range(1, len(bodies))]
+    found = pairs[pair - 1]
+    assert found["cause"] == cause, found
+    if cause == "none":
+        assert found["prompt_reuse"] > 0.5 and found["hint"] == ""
+    else:
+        assert found["hint"] and found["prompt_reuse"] < 1.0
+
+
+def test_where_says_message_field_and_offset_with_whitespace_visible(pool: SandboxPool) -> None:
+    (_, _, bodies, _, _) = next(c for c in CASES if c[0] == "system_changed")
+    requests = parse_text("\n".join(json.dumps(b) for b in bodies), "log")
+    (first, _) = diagnose_requests(TemplateSource({"default": PLAIN}), requests, pool=pool)
+    where = first["where"]
+    assert (where["message"], where["field"]) == (1, "content")
+    assert where["offset"] == len("You are a coding agent. x-billing-header: cc_version=2.1; cch=")
+    assert "cch=a1b2c;" in where["before"] and "cch=f9e8d;" in where["after"]
+    assert "·" in where["before"]  # spaces made visible
+    assert "move what varies" in first["hint"]
+
+
+def test_the_template_cause_names_its_line(pool: SandboxPool) -> None:
+    requests = parse_text(json.dumps(conversation(2)), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": MARKER}), requests, pool=pool)
+    assert pair["cause"] == "template"
+    assert pair["where"]["template_line"] == 2
+    assert "[NEWEST]" in pair["where"]["before"]
+
+
+def test_the_table_for_a_reader(tmp_path: Path) -> None:
+    (_, template, bodies, _, _) = next(c for c in CASES if c[0] == "tools_changed")
+    template_path, log = write_case(tmp_path, template, bodies)
+    process = run("diagnose", str(log), "--template", str(template_path))
+    assert process.returncode == 0, process.stderr
+    assert "1 → 2" in process.stdout and "tools_changed" in process.stdout
+    assert "the same tools in another order (read_file, run → run, read_file)" in process.stdout
+    assert "in a fixed order (sort them" in process.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "line 1: not valid JSON"),
+        ('{"messages": []}', 'needs a non-empty "messages" list'),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"messages": [{"content": "no role"}]}', "message 1 must be an object with a role"),
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": {}}', '"tools" must be a list'),
+    ],
+)
+def test_bad_requests_are_a_clear_error(text: str, message: str) -> None:
+    with pytest.raises(RequestError, match=message):
+        parse_text(text, "log")
+
+
+def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
+    template_path, log = write_case(tmp_path, PLAIN, conversation()[:1])
+    one = run("diagnose", str(log), "--template", str(template_path))
+    assert one.returncode == 2 and "at least two requests" in one.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [}\n')
+    broken = run("diagnose", str(bad), "--template", str(template_path))
+    assert broken.returncode == 2 and "bad.jsonl line 1: not valid JSON" in broken.stderr
+    hostile = tmp_path / "loop.jinja"
+    hostile.write_text(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
+    _, log2 = write_case(tmp_path, PLAIN, conversation())
+    stopped = run("diagnose", str(log2), "--template", str(hostile), "--cpu-seconds", "1")
+    assert stopped.returncode == 2 and "CPU budget" in stopped.stderr

@@ -1,0 +1,201 @@
+"""`python -m checks proxy`: in front of a stub upstream, and of a real mlx_lm.server."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from checks import SandboxPool, TemplateSource
+from checks.proxy import serve
+from tests.diagnose_cases import PLAIN, conversation
+
+STUB_ANSWER = {
+    "id": "x",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Answer."}}],
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 7},
+    },
+}
+
+
+class Stub(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server: a JSON answer, or three SSE events (usage in the last)."""
+
+    protocol_version = "HTTP/1.1"
+    seen_headers: list[dict[str, str]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Stub.seen_headers.append(dict(self.headers))
+        if body.get("stream"):
+            events = [
+                {"choices": [{"delta": {"content": "Ans"}}]},
+                {"choices": [{"delta": {"content": "wer."}}]},
+                {"choices": [], "usage": STUB_ANSWER["usage"]},
+            ]
+            payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            data = payload.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+        else:
+            data = json.dumps(STUB_ANSWER).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def started(server: ThreadingHTTPServer) -> str:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}"
+
+
+@pytest.fixture
+def stub() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    yield started(server)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SandboxPool]:
+    pool = SandboxPool(size=1)
+    yield pool
+    pool.close()
+
+
+def test_every_request_gets_a_diagnosis_and_the_servers_cache_figure(
+    stub: str, pool: SandboxPool, tmp_path: Path
+) -> None:
+    out, log_path = io.StringIO(), tmp_path / "proxy.jsonl"
+    with log_path.open("a") as log:
+        proxy = serve(
+            stub,
+            ("127.0.0.1", 0),
+            template=TemplateSource({"default": PLAIN}),
+            out=out,
+            log=log,
+            pool=pool,
+        )
+        base = started(proxy)
+        bodies = conversation()
+        bodies[1]["messages"][0]["content"] += " cwd=/home/a"  # a volatile system prompt
+        bodies[2]["stream"] = True
+        answers = []
+        with httpx2.Client() as client:
+            for body in bodies:
+                answer = client.post(
+                    base + "/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": "Bearer sk-secret-token"},
+                )
+                answers.append(answer)
+        proxy.shutdown()
+        proxy.server_close()
+    # Passed through unchanged, streaming included, and the credentials reached the upstream.
+    assert answers[0].json() == STUB_ANSWER
+    assert answers[2].text.count("data: ") == 4 and answers[2].text.endswith("[DONE]\n\n")
+    assert Stub.seen_headers[-1]["Authorization"] == "Bearer sk-secret-token"
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("[conversation 1 request 1] first")
+    assert "system_changed" in lines[1] and "server cached 7/20" in lines[1]
+    assert "keep it byte-identical" in lines[1]
+    # Request 3 goes back to request 2's system prompt: a change again, found in the stream.
+    assert "system_changed" in lines[2] and "server cached 7/20" in lines[2]
+    entries = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [e["diagnosis"]["cause"] for e in entries] == [
+        "first",
+        "system_changed",
+        "system_changed",
+    ]
+    assert all(e["ttft_ms"] is not None and e["cached_tokens"] == 7 for e in entries)
+    logged = log_path.read_text()
+    assert "sk-secret-token" not in logged  # never the credentials
+    assert "List the files." not in logged  # no bodies unless asked
+
+
+def test_separate_conversations_are_told_apart(stub: str, pool: SandboxPool) -> None:
+    out = io.StringIO()
+    proxy = serve(stub, ("127.0.0.1", 0), out=out, pool=pool)  # no template: client side only
+    base = started(proxy)
+    other = conversation()
+    for body in other:
+        body["messages"][1]["content"] = "A different task."
+    with httpx2.Client() as client:
+        for body in [conversation()[0], other[0], conversation()[1], other[1]]:
+            client.post(base + "/v1/chat/completions", json=body)
+    proxy.shutdown()
+    proxy.server_close()
+    lines = out.getvalue().splitlines()
+    assert [line.split("]")[0] for line in lines] == [
+        "[conversation 1 request 1",
+        "[conversation 2 request 1",
+        "[conversation 1 request 2",
+        "[conversation 2 request 2",
+    ]
+    assert lines[2].startswith("[conversation 1 request 2] none")
+
+
+@pytest.mark.probe
+def test_in_front_of_a_real_mlx_lm_server(tmp_path: Path, pool: SandboxPool) -> None:
+    """A tiny random-weight model behind mlx_lm.server: the proxy reports the server's own
+    cached-token count beside the diagnosis."""
+    from probe.server_path import running_server, warm_up
+    from probe.tinymodels import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", "llama", "chatml").path
+    template = json.loads((model / "tokenizer_config.json").read_text())["chat_template"]
+    out = io.StringIO()
+    with running_server(model) as server:
+        warm_up(server)
+        proxy = serve(
+            server.url,
+            ("127.0.0.1", 0),
+            template=TemplateSource({"default": template}),
+            out=out,
+            pool=pool,
+        )
+        base = started(proxy)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You answer briefly. " * 20},
+            {"role": "user", "content": "Hello there."},
+        ]
+        with httpx2.Client(timeout=120) as client:
+            for turn in range(2):
+                answer = client.post(
+                    base + "/v1/chat/completions",
+                    json={"messages": messages, "max_tokens": 4, "temperature": 0.0},
+                )
+                assert answer.status_code == 200, answer.text
+                reply = answer.json()["choices"][0]["message"]["content"]
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": reply},
+                    {"role": "user", "content": f"And then {turn}?"},
+                ]
+        proxy.shutdown()
+        proxy.server_close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, out.getvalue()
+    assert "first" in lines[0]
+    assert "] none ·" in lines[1] and "server cached " in lines[1]
+    cached = int(lines[1].split("server cached ")[1].split("/")[0])
+    assert cached > 0  # the server reused the previous turn's prefix
