@@ -63,7 +63,7 @@ class Stub(BaseHTTPRequestHandler):
 def started(server: ThreadingHTTPServer) -> str:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     host, port = server.server_address[:2]
-    return f"http://{host}:{port}"
+    return f"http://{host!s}:{port}"
 
 
 @pytest.fixture
