@@ -92,7 +92,7 @@ def _text(value: Any, where: str) -> str:
             elif isinstance(block, str):
                 parts.append(block)
         return "".join(parts)
-    raise RequestError(f"{where} must be a string or a list of text blocks")
+    return json.dumps(value, ensure_ascii=False, default=str)  # kept, as text, not refused
 
 
 def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
@@ -100,8 +100,8 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
     if body.get("system") is not None:
         out.append({"role": "system", "content": _text(body["system"], "system")})
     for n, message in enumerate(body["messages"], start=1):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise RequestError(f"message {n} needs a role of user or assistant")
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(f"message {n} must be an object with a role")
         content = message.get("content")
         if isinstance(content, str) or content is None:
             out.append({"role": message["role"], "content": content or ""})

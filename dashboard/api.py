@@ -35,6 +35,7 @@ from registry.verdicts import latest_check
 from workers.health import cached_status
 
 from . import api_schemas as s
+from . import diagnosis
 from .api_errors import ApiError, JsonParser, json_body, json_errors, response_for
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
 from .page_cache import cached_page
@@ -43,6 +44,7 @@ from .stored_reports import failing_pairs, rebuild
 
 #: Largest body accepted by `POST /api/models` (a repo id needs a few hundred bytes).
 TRACK_BODY_BYTES = 64 * 1024
+DIAGNOSE_BODY_BYTES = 2 * 1024 * 1024 + 256 * 1024
 #: Largest Hub webhook payload accepted (the Hub's are a few KiB).
 HOOK_BODY_BYTES = 1024 * 1024
 #: What a client is told to wait after its hourly track allowance is spent.
@@ -376,6 +378,33 @@ def track_model(
     model, created = tracking.track(payload.repo_id, via="api")  # validated: api_schemas
     response["Location"] = f"/api/models/{model.repo_id}"
     return Status(201 if created else 200, model_json(model))
+
+
+@api.post(
+    "/api/diagnose",
+    response={200: s.Diagnosis, frozenset({400, 404, 413, 415, 503}): ERRORS},
+    operation_id="diagnose",
+    summary="Why did the cache miss? Each request compared with the next: the cause and a hint",
+    by_alias=True,
+    openapi_extra=retry_after(503),
+)
+@decorate_view(json_body(DIAGNOSE_BODY_BYTES))
+def diagnose_requests(request: HttpRequest, payload: s.DiagnoseRequest) -> dict[str, Any]:
+    # Nothing is stored: the bodies live for this request only (docs/diagnose.md).
+    bodies = [body.model_dump(exclude_none=True) for body in payload.requests]
+    try:
+        found = diagnosis.diagnose(
+            bodies, repo_id=payload.repo_id or "", template=payload.template or ""
+        )
+    except diagnosis.DiagnosisError as exc:
+        raise ApiError(exc.status, str(exc)) from None
+    return {
+        "template": found.template,
+        "template_sha256": found.template_sha256,
+        "requests": found.requests,
+        "pairs": found.pairs,
+        "error": found.error,
+    }
 
 
 @api.get(

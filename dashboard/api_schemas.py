@@ -242,6 +242,65 @@ class TrackRequest(BaseModel):
     )
 
 
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Annotated[str, Field(min_length=1, max_length=40)]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequestBody(BaseModel):
+    """An OpenAI chat-completions or Anthropic messages request body (other keys are kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class DiagnoseRequest(BaseModel):
+    """Two or more request bodies a client sent, in order, and the template to render them with."""
+
+    requests: list[ChatRequestBody] = Field(
+        min_length=2,
+        max_length=200,
+        description="OpenAI chat-completions or Anthropic messages request bodies, in order",
+    )
+    repo_id: Annotated[str, Field(max_length=300), NoNul] | None = Field(
+        None, description="a tracked model whose current template renders them"
+    )
+    template: Annotated[str, Field(max_length=256 * 1024)] | None = Field(
+        None, description="or a chat template (Jinja) pasted whole"
+    )
+
+
+class DiagnosedPair(Strict):
+    from_: int = Field(alias="from")
+    to: int
+    prompt_reuse: float = Field(description="share of the next prompt a prefix cache keeps")
+    cause: str = Field(
+        description="none, system_changed, tools_changed, history_edited, reasoning_dropped, "
+        "history_truncated or template"
+    )
+    where: dict[str, Any] = Field(description="message, field, offset, before, after (visible)")
+    hint: str
+    detail: str
+    unit: str
+    reused: int
+    next_size: int
+
+
+class Diagnosis(Strict):
+    template: str
+    template_sha256: str
+    requests: int
+    pairs: list[DiagnosedPair]
+    error: str | None = Field(
+        None, description="the template could not render these requests (then no pairs)"
+    )
+
+
 class HookEvent(BaseModel):
     model_config = ConfigDict(extra="allow")
 

@@ -53,6 +53,7 @@ urlpatterns = [
     path("m/<repo:org>/<repo:name>/recheck", staff.recheck, name="model_recheck"),
     path("m/<repo:org>/<repo:name>/probe", staff.probe, name="model_probe"),
     path("probes/", views.probe_queue, name="probes"),
+    path("diagnose/", views.diagnose_page, name="diagnose"),
     path("t/<sha:sha256>/", views.template_detail, name="template"),
     path(
         "t/<sha:sha256>/pair/<str:variant>/<str:session>/<int:index>/",

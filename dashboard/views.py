@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_http_methods, require_safe
 
 from checks.clients import PROFILES
 from checks.reports import RequestPair
@@ -36,7 +36,7 @@ from registry.verdicts import latest_check
 from workers.health import cached_status
 from workers.models import WorkerHeartbeat
 
-from . import badges, history, status
+from . import badges, diagnosis, history, status
 from .catalog import (
     CLIENT_CHOICES,
     ENGINE_CHOICES,
@@ -390,3 +390,33 @@ def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return render(request, "404.html", {"message": str(exception or "")}, status=404)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def diagnose_page(request: HttpRequest) -> HttpResponse:
+    """Paste requests, pick a tracked model or paste a template, read why each request missed.
+    Nothing pasted is stored; the answer is not cached."""
+    context: dict[str, Any] = {
+        "requests_text": "",
+        "repo_id": request.GET.get("model", "")[:300],
+        "template_text": "",
+        "result": None,
+        "error": "",
+    }
+    status_code = 200
+    if request.method == "POST":
+        context["requests_text"] = request.POST.get("requests", "")
+        context["repo_id"] = request.POST.get("repo_id", "")[:300]
+        context["template_text"] = request.POST.get("template", "")
+        try:
+            context["result"] = diagnosis.diagnose(
+                context["requests_text"],
+                repo_id=context["repo_id"],
+                template=context["template_text"],
+            )
+        except diagnosis.DiagnosisError as exc:
+            context["error"] = str(exc)
+            status_code = exc.status
+    response = render(request, "dashboard/diagnose.html", context, status=status_code)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -171,3 +171,27 @@ def test_choose_your_setup_on_a_model_page(page: Any, live_server: Any, catalog:
         # Nothing of the setup panel spills past the viewport on a phone.
         box = setup.bounding_box()
         assert box is not None and box["x"] + box["width"] <= width + 1
+
+
+def test_diagnose_pasted_requests_for_each_cause(page: Any, live_server: Any) -> None:
+    """A reader pastes their client's requests and a template; each cause is named on the page."""
+    import json
+
+    from tests.diagnose_cases import CASES
+
+    page.goto(live_server.url + "/")
+    page.get_by_role("link", name="Diagnose").click()
+    expect(page.locator("h1")).to_have_text("Why is my cache missing?")
+    for _name, template, bodies, pair, cause in CASES:
+        page.locator("#d-requests").fill("\n".join(json.dumps(b) for b in bodies))
+        page.locator("#d-template").fill(template)
+        page.get_by_role("button", name="Diagnose").click()
+        found = page.locator("ol.diagnosis > li").nth(pair - 1)
+        expect(found).to_have_attribute("data-cause", cause)
+        expect(found).to_contain_text(f"Request {pair} → {pair + 1}")
+        # What was pasted stays in the form, so the next try starts from it.
+        expect(page.locator("#d-template")).to_have_value(template)
+    screenshot(page, "diagnose")
+    page.locator("#d-requests").fill("{oops")
+    page.get_by_role("button", name="Diagnose").click()
+    expect(page.get_by_role("alert")).to_contain_text("line 1: not valid JSON")

@@ -1,0 +1,116 @@
+"""Diagnosis on the site: the API and the page, each cause from requests written for it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from registry.models import HubModel
+from tests.dashboard_data import Catalog, add_model, build_catalog
+from tests.diagnose_cases import CASES, PLAIN, conversation
+
+pytestmark = pytest.mark.django_db
+LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def post(client: Client, body: dict[str, Any]) -> Any:
+    return client.post("/api/diagnose", json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "bodies", "pair", "cause"), CASES, ids=[c[0] for c in CASES]
+)
+def test_each_cause_from_the_api(
+    client: Client, name: str, template: str, bodies: list[dict[str, Any]], pair: int, cause: str
+) -> None:
+    answer = post(client, {"requests": bodies, "template": template})
+    assert answer.status_code == 200, answer.content
+    data = answer.json()
+    assert data["template"] == "pasted template" and data["requests"] == len(bodies)
+    found = data["pairs"][pair - 1]
+    assert (found["from"], found["to"], found["cause"]) == (pair, pair + 1, cause)
+
+
+def test_a_tracked_models_template(client: Client, catalog: Catalog) -> None:
+    add_model("org/plain", PLAIN, commit="c" * 40)
+    answer = post(client, {"requests": conversation(), "repo_id": "org/plain"})
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["template"] == "org/plain"
+    assert [p["cause"] for p in answer.json()["pairs"]] == ["none", "none"]
+    missing = post(client, {"requests": conversation(), "repo_id": "nobody/none"})
+    assert missing.status_code == 404 and "not tracked" in missing.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"requests": [{"messages": []}, {"messages": []}], "template": PLAIN}, 400, ""),
+        ({"requests": conversation()}, 404, "give a tracked model or paste one"),
+        ({"requests": conversation()[:1], "template": PLAIN}, 400, ""),
+        ({"requests": [{"messages": [{"content": "no role"}]}] * 2, "template": PLAIN}, 400, ""),
+    ],
+    ids=["empty-messages", "no-template", "one-request", "no-role"],
+)
+def test_bad_input_is_a_clear_error(
+    client: Client, body: dict[str, Any], status: int, message: str
+) -> None:
+    answer = post(client, body)
+    assert answer.status_code == status, answer.content
+    assert message in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (LOOP, "CPU budget"),
+        ("{% for %}", "TemplateSyntaxError"),
+        ("{{ raise_exception('no') }}", "no"),
+    ],
+    ids=["loops", "syntax-error", "raises"],
+)
+def test_a_template_that_fails_is_the_answer_not_a_crash(
+    client: Client, template: str, message: str
+) -> None:
+    answer = post(client, {"requests": conversation(), "template": template})
+    assert answer.status_code == 200, answer.content
+    data = answer.json()
+    assert data["pairs"] == [] and message in data["error"]
+    # The sandbox goes on: the next diagnosis works.
+    assert post(client, {"requests": conversation(), "template": PLAIN}).json()["pairs"]
+
+
+def test_the_page_diagnoses_pasted_requests_and_stores_nothing(client: Client) -> None:
+    (_, template, bodies, _, _) = next(c for c in CASES if c[0] == "reasoning_dropped")
+    pasted = "\n".join(json.dumps(b) for b in bodies)
+    before = HubModel.objects.count()
+    page = client.post("/diagnose/", {"requests": pasted, "template": template})
+    body = page.content.decode()
+    assert page.status_code == 200 and page["Cache-Control"] == "no-store"
+    assert 'data-cause="reasoning_dropped"' in body and "send it back" in body
+    assert "Request 2 → 3" in body
+    assert HubModel.objects.count() == before  # nothing tracked, nothing kept
+
+
+def test_the_page_escapes_what_it_echoes(client: Client) -> None:
+    hostile = '{"messages": [{"role": "user", "content": "<script>alert(1)</script>"}]}\n' * 2
+    page = client.post("/diagnose/", {"requests": hostile, "template": "<b>{{ messages }}</b>"})
+    body = page.content.decode()
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;" in body
+
+
+def test_the_page_says_what_is_wrong(client: Client) -> None:
+    page = client.post("/diagnose/", {"requests": "{oops", "template": PLAIN})
+    assert page.status_code == 400
+    assert "Requests line 1: not valid JSON" in page.content.decode()
+    too_big = client.post(
+        "/diagnose/", {"requests": "x" * (2 * 1024 * 1024 + 1), "template": PLAIN}
+    )
+    assert too_big.status_code == 413 and "over 2,097,152 characters" in too_big.content.decode()
