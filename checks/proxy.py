@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 import threading
 import time
@@ -168,10 +169,32 @@ def make_handler(
     import httpx2
 
     client = httpx2.Client(timeout=httpx2.Timeout(600.0, connect=10.0))
-    write_lock = threading.Lock()
+    # Diagnoses run on one background thread, in arrival order: the answer is never held up by
+    # the sandbox, and the next request on a kept-alive connection does not wait for it.
+    backlog: queue.Queue[tuple[str, bytes, bytes, int, float | None]] = queue.Queue()
+
+    def recorder_loop() -> None:
+        while True:
+            path, body, answer, status, ttft = backlog.get()
+            try:
+                entry = record(recorder, path, body, answer, status, ttft, keep_bodies)
+                out.write(line_for(entry) + "\n")
+                out.flush()
+                if log is not None:
+                    log.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    log.flush()
+            except Exception as exc:  # noqa: BLE001 - one bad record must not stop the rest
+                out.write(f"{path}: could not record this request ({type(exc).__name__})\n")
+            finally:
+                backlog.task_done()
+
+    threading.Thread(target=recorder_loop, name="proxy-recorder", daemon=True).start()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Relay each chunk as it comes: no Nagle delay on the way back to the client.
+        disable_nagle_algorithm = True
+        pending = backlog
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
             return  # our own line per request instead of the access log
@@ -216,37 +239,41 @@ def make_handler(
                 ("/chat/completions", "/messages")
             ):
                 ttft = None if first_byte is None else (first_byte - started) * 1000
-                self._record(body, bytes(tail), status, ttft)
-
-        def _record(self, body: bytes, answer: bytes, status: int, ttft: float | None) -> None:
-            try:
-                request = parse_body(json.loads(body or b"null"), "request")
-            except (RequestError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-                entry: dict[str, Any] = {"path": self.path, "status": status, "error": str(exc)}
-            else:
-                conversation, previous = recorder.place(request)
-                entry = {
-                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "path": self.path,
-                    "status": status,
-                    "conversation": conversation.number,
-                    "request": len(conversation.requests),
-                    "diagnosis": recorder.diagnose(previous, request),
-                    **cache_figures(answer),
-                    "ttft_ms": None if ttft is None else round(ttft, 1),
-                }
-                if keep_bodies:
-                    entry["body"] = json.loads(body)
-            with write_lock:
-                out.write(line_for(entry) + "\n")
-                out.flush()
-                if log is not None:
-                    log.write(json.dumps(entry, ensure_ascii=False) + "\n")
-                    log.flush()
+                backlog.put((self.path, body, bytes(tail), status, ttft))
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815
 
     return Handler
+
+
+def record(
+    recorder: Recorder,
+    path: str,
+    body: bytes,
+    answer: bytes,
+    status: int,
+    ttft: float | None,
+    keep_bodies: bool,
+) -> dict[str, Any]:
+    """The log entry of one chat request: its conversation, diagnosis and the cache figures."""
+    try:
+        request = parse_body(json.loads(body or b"null"), "request")
+    except (RequestError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return {"path": path, "status": status, "error": str(exc)}
+    conversation, previous = recorder.place(request)
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "path": path,
+        "status": status,
+        "conversation": conversation.number,
+        "request": len(conversation.requests),
+        "diagnosis": recorder.diagnose(previous, request),
+        **cache_figures(answer),
+        "ttft_ms": None if ttft is None else round(ttft, 1),
+    }
+    if keep_bodies:
+        entry["body"] = json.loads(body)
+    return entry
 
 
 def line_for(entry: dict[str, Any]) -> str:
@@ -308,6 +335,12 @@ def serve(
     return server
 
 
+def drain(server: ThreadingHTTPServer) -> None:
+    """Wait until every request seen so far is diagnosed and written (tests, shutdown)."""
+    handler: Any = server.RequestHandlerClass
+    handler.pending.join()
+
+
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     host, _, port = args.listen.rpartition(":")
@@ -343,6 +376,7 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        drain(server)
         server.server_close()
         if log is not None:
             log.close()

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 
 from checks import SandboxPool, TemplateSource
-from checks.proxy import serve
+from checks.proxy import drain, serve
 from tests.diagnose_cases import PLAIN, conversation
 
 STUB_ANSWER = {
@@ -107,6 +107,7 @@ def test_every_request_gets_a_diagnosis_and_the_servers_cache_figure(
                     headers={"Authorization": "Bearer sk-secret-token"},
                 )
                 answers.append(answer)
+        drain(proxy)
         proxy.shutdown()
         proxy.server_close()
     # Passed through unchanged, streaming included, and the credentials reached the upstream.
@@ -142,6 +143,7 @@ def test_separate_conversations_are_told_apart(stub: str, pool: SandboxPool) -> 
     with httpx2.Client() as client:
         for body in [conversation()[0], other[0], conversation()[1], other[1]]:
             client.post(base + "/v1/chat/completions", json=body)
+    drain(proxy)
     proxy.shutdown()
     proxy.server_close()
     lines = out.getvalue().splitlines()
@@ -191,6 +193,7 @@ def test_in_front_of_a_real_mlx_lm_server(tmp_path: Path, pool: SandboxPool) -> 
                     {"role": "assistant", "content": reply},
                     {"role": "user", "content": f"And then {turn}?"},
                 ]
+        drain(proxy)
         proxy.shutdown()
         proxy.server_close()
     lines = out.getvalue().splitlines()
