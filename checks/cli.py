@@ -60,7 +60,9 @@ class UsageError(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m checks",
-        description="Does a chat template keep a prompt cache warm across an agent's turns?",
+        description="Does a chat template keep a prompt cache warm across an agent's turns? "
+        "(Also: `python -m checks diagnose --help` for a client's own requests, and "
+        "`python -m checks proxy --help` for a recording proxy.)",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path)
     parser.add_argument("--tokenizer", type=Path, help="tokenizer.json for token-level checks")
@@ -242,15 +244,6 @@ def _gate_on_setup(
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["diagnose"]:
-        from checks.cli_diagnose import main as diagnose_main
-
-        return diagnose_main(argv[1:], out)
-    if argv[:1] == ["proxy"]:
-        from checks.proxy import main as proxy_main
-
-        return proxy_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -173,6 +173,7 @@ OPERATIONS = {
     ("get", "/api/"),
     ("get", "/api/models"),
     ("post", "/api/models"),
+    ("post", "/api/diagnose"),
     ("get", "/api/models/{org}/{name}"),
     ("get", "/api/probes"),
     ("get", "/api/templates/{sha256}"),

@@ -134,7 +134,8 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     assert reports["loop.jinja"]["verdict"] == "error"
     assert (
         reports["loop.jinja"]["summary"]
-        == "Could not check this template: render exceeded its CPU budget of 2 s."
+        == "Could not check this template: render exceeded its CPU budget of 2 s"
+        " (at template line 1)."
     )
     assert reports["broken_tokenizer_config.json"]["verdict"] == "error"
     assert "got int" in reports["broken_tokenizer_config.json"]["summary"]
