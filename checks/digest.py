@@ -14,7 +14,7 @@ from checks.clients import PROFILE_NAMES
 from checks.conversations import SESSIONS
 from checks.reports import ERROR, TemplateReport, VariantResult
 from checks.reuse import CACHE_CLASSES
-from checks.setups import THINKING_CHOICES, variant_for, verdict_in
+from checks.setups import THINKING_CHOICES, THINKING_DEFAULT, variant_for, verdict_in
 
 THINKING_SWITCH = "enable_thinking"
 TOOL_SESSIONS = frozenset(s.name for s in SESSIONS if s.uses_tools)
@@ -40,6 +40,9 @@ class ReportDigest:
     variants: list[dict[str, Any]]
     #: {thinking choice: {client profile: {engine cache class: verdict}}} (checks.setups).
     setups: dict[str, dict[str, dict[str, str]]]
+    #: The headline setting's mean share of the next prompt a prefix cache keeps, over every
+    #: request pair of every conversation it renders (`VariantResult.mean_reusable_share`).
+    reuse: float | None = None
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class ReportDigest:
             "tools": self.tools,
             "variants": self.variants,
             "setups": self.setups,
+            "reuse": self.reuse,
         }
 
 
@@ -84,7 +88,16 @@ def digest(report: TemplateReport) -> ReportDigest:
         }
         for v in report.variants
     ]
-    return ReportDigest(thinking, off, on, _tools_status(report), variants, _setups(report))
+    headline = variant_for(report, THINKING_DEFAULT)
+    return ReportDigest(
+        thinking,
+        off,
+        on,
+        _tools_status(report),
+        variants,
+        _setups(report),
+        headline.mean_reusable_share if headline is not None else None,
+    )
 
 
 def _setups(report: TemplateReport) -> dict[str, dict[str, dict[str, str]]]:

@@ -148,6 +148,7 @@ def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
         "thinking_on": (catalog.thinking_on or None) if catalog else None,
         "tools": catalog.tools if catalog else None,
         "probe": catalog.probe if catalog else "none",
+        "reuse": catalog.reuse if catalog else None,
         "is_hybrid": model.is_hybrid,
         "downloads": model.downloads,
         "last_template_change_at": _when(model.last_template_change_at),

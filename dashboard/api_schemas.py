@@ -342,6 +342,11 @@ class ModelRow(Strict):
     thinking_on: VerdictName | None
     tools: Annotated[str, _choices(Tools)] | None
     probe: Annotated[str, _choices(ProbeStatus)]
+    reuse: float | None = Field(
+        None,
+        description="mean share of the next prompt a prefix cache keeps, over every request "
+        "pair of the conversations replayed, with the template's defaults (sort=reuse)",
+    )
     is_hybrid: bool
     downloads: int
     last_template_change_at: DateTime | None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.lookups import Exact
 from django.http import QueryDict
@@ -17,12 +18,18 @@ from registry.models import HubModel, ProbeStatus, TemplateVersion, Thinking, To
 
 PAGE_SIZE = 50
 
-SORTS = {
+SORTS: dict[str, tuple[Any, ...]] = {
     "downloads": ("-downloads", "repo_id"),
+    "reuse": (F("catalog_verdict__reuse").desc(nulls_last=True), "repo_id"),
     "changed": ("-last_template_change_at", "repo_id"),
     "name": ("repo_id",),
 }
-SORT_LABELS = {"downloads": "Downloads", "changed": "Last template change", "name": "Name"}
+SORT_LABELS = {
+    "downloads": "Downloads",
+    "reuse": "Prompt reuse",
+    "changed": "Last template change",
+    "name": "Name",
+}
 # Besides how the switch relates to the verdict: which models keep the cache with thinking on/off.
 THINKING_CHOICES = {
     "safe_on": "Cache-safe with thinking on",
@@ -56,6 +63,7 @@ LIST_FIELDS = (
     "catalog_verdict__thinking_on",
     "catalog_verdict__tools",
     "catalog_verdict__probe",
+    "catalog_verdict__reuse",
 )
 
 

@@ -8,7 +8,7 @@ from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from registry.demo import DEMO_MODELS, seed_demo_catalog
-from registry.models import HubModel, ModelStatus
+from registry.models import CatalogVerdict, HubModel, ModelStatus
 from tests.dashboard_data import (
     HOSTILE_REPO,
     PENDING_REPO,
@@ -207,3 +207,20 @@ def test_models_without_a_verdict_show_why(client: Client, catalog: Catalog) -> 
     body = client.get("/").content.decode()
     first_row = body.split('class="repo" href="/m/gated-org/locked/"')[1].split("</tr>")[0]
     assert "Gated" in first_row and "Not checked yet" not in first_row
+
+
+def test_a_reuse_column_to_sort_by_and_summaries_that_keep_their_numbers(
+    client: Client, catalog: Catalog
+) -> None:
+    body = client.get("/", {"sort": "reuse"}).content.decode()
+    assert "Prompt reuse</abbr>" in body
+    by_repo = dict(CatalogVerdict.objects.values_list("model__repo_id", "reuse"))
+    shares = [by_repo.get(repo) for repo in rows(body)]
+    known = [share for share in shares if share is not None]
+    assert len(known) >= 2 and known == sorted(known, reverse=True)
+    # Models with no figure yet come last, not first.
+    assert shares[: len(known)] == known
+    # The unsafe demo's summary ends its sentence with the share; the row keeps it whole.
+    unsafe = body.split(f'href="/m/{catalog.unsafe.repo_id}/"')[1].split("</td>")[0]
+    summary = unsafe.split('class="summary">')[1].split("</div>")[0]
+    assert "%" in summary and ("can come from the cache" in summary)

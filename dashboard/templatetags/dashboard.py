@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django import template
@@ -91,3 +92,22 @@ def attr_of(value: object, name: str) -> object:
 def setup_query(setup: Setup, thinking: str) -> str:
     """The query string of `setup` with another thinking setting."""
     return setup.query(thinking=thinking)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+
+
+@register.filter
+def sentences(text: str, limit: int = 200) -> str:
+    """Whole sentences, as many as fit in `limit` characters, and always through the first one
+    that gives a share ("only about 30% of the next prompt…"): a summary never loses its number
+    to a cut."""
+    parts = _SENTENCE_END.split(text or "")
+    figure = next((i for i, part in enumerate(parts) if "%" in part), 0)
+    kept = parts[: figure + 1]
+    for part in parts[figure + 1 :]:
+        if len(" ".join([*kept, part])) > limit:
+            break
+        kept.append(part)
+    shown = " ".join(kept)
+    return shown if len(kept) == len(parts) else f"{shown} …"

@@ -101,6 +101,9 @@ class CatalogVerdict(models.Model):
     variants = models.JSONField(default=list, blank=True)
     #: {thinking: {client: {engine: verdict}}}: the verdict for each reader's setup.
     setups = models.JSONField(default=dict, blank=True)
+    #: Mean share of the next prompt a prefix cache keeps under the template's defaults, over
+    #: every request pair of every conversation (checks.digest): the catalog's reuse column.
+    reuse = models.FloatField(null=True, blank=True, db_index=True)
 
     def __str__(self) -> str:
         return f"{self.model_id}: thinking {self.thinking}, tools {self.tools}"
