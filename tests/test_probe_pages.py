@@ -141,9 +141,10 @@ def staff_client(client: Client) -> Client:
 
 
 @pytest.fixture
-def fresh_status(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The queue page asks workers.health afresh, not a status cached by an earlier test."""
-    monkeypatch.setattr(health, "_cached", None)
+def fresh_status() -> None:
+    """The queue page asks workers.health afresh, not a status cached by an earlier test, nor
+    one a background refresh started by an earlier test writes late."""
+    health.forget_cached_status()
 
 
 def probed(model: HubModel, report: dict[str, Any] = REPORT) -> ProbeRun:

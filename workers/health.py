@@ -137,14 +137,27 @@ def service_status() -> ServiceStatus:
 _cache_lock = threading.Lock()
 _cached: tuple[float, ServiceStatus] | None = None
 _refreshing = False
+#: Bumped by `forget_cached_status`: a refresh that started before keeps its answer to itself.
+_generation = 0
+
+
+def forget_cached_status() -> None:
+    """Ask afresh on the next page (tests, after changing what the status reads). A refresh
+    already under way in a background thread may finish later: its older answer is dropped."""
+    global _cached, _generation
+    with _cache_lock:
+        _cached = None
+        _generation += 1
 
 
 def _refresh() -> ServiceStatus:
     global _cached, _refreshing
+    started = _generation
     try:
         status = service_status()
         with _cache_lock:
-            _cached = (time.monotonic(), status)
+            if started == _generation:
+                _cached = (time.monotonic(), status)
         return status
     finally:
         _refreshing = False
