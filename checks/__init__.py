@@ -105,15 +105,22 @@ def _source_error_report(item: CheckInput) -> TemplateReport:
     return error_report(placeholder, item.file, reason, time.perf_counter(), None)
 
 
-def sandbox_job(
-    source: TemplateSource, file: str, options: CheckOptions, tokenizer_json: str | None
-) -> dict[str, Any]:
-    """The JSON job a sandbox worker runs for one template check."""
+def _source_fields(source: TemplateSource) -> dict[str, Any]:
+    """What every sandbox job carries of its template source (the worker rebuilds it)."""
     return {
         "templates": source.templates,
         "special_tokens": source.special_tokens,
         "origin": source.origin,
         "sha256": source.sha256,
+    }
+
+
+def sandbox_job(
+    source: TemplateSource, file: str, options: CheckOptions, tokenizer_json: str | None
+) -> dict[str, Any]:
+    """The JSON job a sandbox worker runs for one template check."""
+    return {
+        **_source_fields(source),
         "file": file,
         "options": options.to_dict(),
         "tokenizer_json": tokenizer_json,
@@ -235,10 +242,7 @@ def diagnose_requests(
     budget *= max(1.0, len(requests) / 20)
     job = {
         "kind": "diagnose",
-        "templates": source.templates,
-        "special_tokens": source.special_tokens,
-        "origin": source.origin,
-        "sha256": source.sha256,
+        **_source_fields(source),
         "requests": [r.to_dict() for r in requests],
         "tokenizer_json": tokenizer_json,
         "tokenizer_sha256": None if tokenizer_json is None else sha256_text(tokenizer_json),
@@ -264,10 +268,7 @@ def render_pair(
     """
     job = {
         "kind": "render_pair",
-        "templates": source.templates,
-        "special_tokens": source.special_tokens,
-        "origin": source.origin,
-        "sha256": source.sha256,
+        **_source_fields(source),
         "pair": pair.to_dict(),
     }
     answer = (pool or default_pool()).run(job, cpu_seconds, wall_seconds=wall_seconds)

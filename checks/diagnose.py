@@ -340,6 +340,10 @@ def _tools_change(
     return Change(TOOLS_CHANGED, None, "tools", at, _excerpt(a, at), _excerpt(b, at), detail)
 
 
+def _truncated(index: int, detail: str) -> Change:
+    return Change(HISTORY_TRUNCATED, index + 1, "messages", None, "", "", detail)
+
+
 def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
     """The first thing the client changed that request k+1 should have kept, in the order a
     template usually writes them: system prompt, tools, then each earlier message."""
@@ -365,14 +369,8 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
     offset = 1 if a_system is not None else 0
     for i in range(offset, len(a)):
         if i >= len(b):
-            return Change(
-                HISTORY_TRUNCATED,
-                i + 1,
-                "messages",
-                None,
-                "",
-                "",
-                f"request k+1 has {len(b)} messages, fewer than the {len(a)} request k sent",
+            return _truncated(
+                i, f"request k+1 has {len(b)} messages, fewer than the {len(a)} request k sent"
             )
         if a[i] == b[i]:
             continue
@@ -386,15 +384,7 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
                 if removed
                 else "earlier messages"
             )
-            return Change(
-                HISTORY_TRUNCATED,
-                i + 1,
-                "messages",
-                None,
-                "",
-                "",
-                f"{said} removed from message {i + 1} on",
-            )
+            return _truncated(i, f"{said} removed from message {i + 1} on")
         if a[i].get("role") == "assistant" and _without_reasoning(a[i]) == _without_reasoning(b[i]):
             dropped = any(a[i].get(k) and not b[i].get(k) for k in _REASONING_KEYS)
             if dropped:
