@@ -7,6 +7,7 @@ both autoescape nothing by hand: the HTML template escapes, the text part is pla
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
@@ -71,8 +72,11 @@ def confirmation_email(channel: Channel) -> EmailMultiAlternatives:
     )
 
 
-def signin_email(address: str) -> EmailMultiAlternatives:
+def signin_email(address: str, next_page: str | None = None) -> EmailMultiAlternatives:
+    """The one-time link; it brings the reader back to `next_page` (a path of ours) once used."""
     link = absolute(reverse("alerts:signin_link", args=[tokens.signin_token(address)]))
+    if next_page:
+        link += "?" + urlencode({"next": next_page})
     minutes = int(tokens.SIGNIN_MAX_AGE.total_seconds() // 60)
     return compose(
         "signin", "Your CacheSafe sign-in link", address, {"link": link, "minutes": minutes}

@@ -1,4 +1,9 @@
-"""Forms of the alert pages; each one that picks a channel offers only the user's own."""
+"""Forms of the alert pages; each one that picks a channel offers only the user's own.
+
+A form holds the fields of the chosen kind only (an email channel has no URL, a subscription to
+an author no model): the same field set is rendered, swapped in by htmx when the kind changes,
+and validated, so a field the reader cannot see can never hold an error they cannot fix.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,38 @@ from .models import (
 
 AUTHOR_RE = re.compile(r"^[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?$")
 
+#: The fields that only some kinds of channel or subscription have, by kind.
+CHANNEL_KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    ChannelKind.EMAIL: ("address",),
+    ChannelKind.WEBHOOK: ("url",),
+    ChannelKind.SLACK: ("url",),
+    ChannelKind.DISCORD: ("url",),
+}
+EVENT_FIELDS = ("on_template", "on_verdict", "on_probe", "on_status")
+TARGET_FIELDS: dict[str, tuple[str, ...]] = {
+    SubscriptionTarget.MODEL: ("repo_id", *EVENT_FIELDS),
+    SubscriptionTarget.AUTHOR: ("author", *EVENT_FIELDS),
+    SubscriptionTarget.RULE: ("rule",),
+}
+
+
+def _chosen(form: forms.BaseForm, name: str, choices: dict[str, Any], default: str) -> str:
+    """The kind the reader picked (posted, or asked for in the page's query), else the default."""
+    value = form.data.get(form.add_prefix(name)) if form.is_bound else form.initial.get(name)
+    return str(value) if value in choices else default
+
+
+def _keep_only(form: forms.BaseForm, wanted: tuple[str, ...], optional: set[str]) -> None:
+    for name in optional - set(wanted):
+        del form.fields[name]
+
+
+def _require(form: forms.BaseForm, name: str, message: str) -> None:
+    """A field that only some kinds have is required where it is shown."""
+    if name in form.fields:
+        form.fields[name].required = True
+        form.fields[name].error_messages["required"] = message
+
 
 class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
     url = forms.URLField(
@@ -38,6 +75,7 @@ class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         model = Channel
         fields = ["kind", "name", "address", "url", "digest", "team"]
         labels = {
+            "kind": "Send alerts by",
             "address": "Email address",
             "url": "Webhook URL",
             "digest": "Send one digest a day instead of one message per event",
@@ -45,23 +83,28 @@ class ChannelForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.filter(members=user)  # type: ignore[attr-defined]
+        self.chosen_kind = _chosen(self, "kind", CHANNEL_KIND_FIELDS, ChannelKind.EMAIL)
+        _keep_only(self, CHANNEL_KIND_FIELDS[self.chosen_kind], {"address", "url"})
+        _require(self, "address", "An email channel needs an address.")
+        _require(self, "url", "A webhook channel needs its URL.")
+        teams = Team.objects.filter(members=user)
+        if teams.exists():
+            self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        else:
+            del self.fields["team"]  # nothing to choose: the channel is the reader's own
+        self.fields["name"].help_text = "How this channel is listed; its address if empty."
+
+    @property
+    def detail_fields(self) -> list[forms.BoundField]:
+        """Every field after the kind, in the order the form shows them."""
+        names = ("address", "url", "name", "digest", "team")
+        return [self[name] for name in names if name in self.fields]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        kind = data.get("kind")
-        if kind == ChannelKind.EMAIL:
-            if not data.get("address"):
-                self.add_error("address", "An email channel needs an address.")
-            data["url"] = ""
-        elif kind:
-            url = data.get("url")
-            if not url:
-                self.add_error("url", "A webhook channel needs its URL.")
-            elif kind_of_address := outbound.literal_refusal(url):
-                # Only a courtesy: the client checks every address again at send time, after DNS.
-                self.add_error("url", f"Webhooks cannot go to a {kind_of_address} address.")
-            data["address"] = ""
+        if (url := data.get("url")) and (kind_of_address := outbound.literal_refusal(url)):
+            # Only a courtesy: the client checks every address again at send time, after DNS.
+            self.add_error("url", f"Webhooks cannot go to a {kind_of_address} address.")
         return data
 
 
@@ -70,7 +113,9 @@ class SubscriptionForm(forms.Form):
     repo_id = forms.CharField(label="Model (owner/name)", max_length=300, required=False)
     author = forms.CharField(label="Author or organisation", max_length=100, required=False)
     rule = forms.ChoiceField(label="Rule", choices=[("", "—"), *Rule.choices], required=False)
-    channel = forms.ModelChoiceField(label="Send to", queryset=Channel.objects.none())
+    channel = forms.ModelChoiceField(
+        label="Send to", queryset=Channel.objects.none(), empty_label=None
+    )
     on_template = forms.BooleanField(label="Template changed", required=False, initial=True)
     on_verdict = forms.BooleanField(label="Verdict changed", required=False, initial=True)
     on_probe = forms.BooleanField(label="Probe result changed", required=False, initial=True)
@@ -79,13 +124,30 @@ class SubscriptionForm(forms.Form):
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
+        self.chosen_target = _chosen(self, "target", TARGET_FIELDS, SubscriptionTarget.MODEL)
+        optional = {"repo_id", "author", "rule", *EVENT_FIELDS}
+        _keep_only(self, TARGET_FIELDS[self.chosen_target], optional)
+        _require(self, "repo_id", "Enter the model's repo id, as owner/name.")
+        _require(self, "author", "Enter a Hub user or organisation name.")
+        _require(self, "rule", "Pick a rule.")
         channels = Channel.objects.owned_by(user).filter(disabled_at__isnull=True)
         self.fields["channel"].queryset = channels  # type: ignore[attr-defined]
+        newest = channels.order_by("-created_at", "-pk").first()
+        if newest is not None and "channel" not in self.initial:
+            self.initial["channel"] = newest.pk  # most often the one just added for this
+
+    @property
+    def event_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in EVENT_FIELDS if name in self.fields]
+
+    @property
+    def target_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in ("repo_id", "author", "rule") if name in self.fields]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        target = data.get("target")
-        if target == SubscriptionTarget.MODEL:
+        target = self.chosen_target
+        if target == SubscriptionTarget.MODEL and data.get("repo_id"):
             try:
                 repo_id = validate_repo_id(data.get("repo_id") or "")
             except ValidationError as err:
@@ -94,13 +156,9 @@ class SubscriptionForm(forms.Form):
             data["model"] = HubModel.objects.filter(repo_id__iexact=repo_id).first()
             if data["model"] is None:
                 self.add_error("repo_id", f"{repo_id} is not tracked yet: track it first.")
-        elif target == SubscriptionTarget.AUTHOR:
-            if not AUTHOR_RE.match(data.get("author") or ""):
-                self.add_error("author", "Enter a Hub user or organisation name.")
-        elif target == SubscriptionTarget.RULE and not data.get("rule"):
-            self.add_error("rule", "Pick a rule.")
-        flags = ("on_template", "on_verdict", "on_probe", "on_status")
-        if target != SubscriptionTarget.RULE and not any(data.get(f) for f in flags):
+        elif target == SubscriptionTarget.AUTHOR and not AUTHOR_RE.match(data.get("author", "x")):
+            self.add_error("author", "Enter a Hub user or organisation name.")
+        if target != SubscriptionTarget.RULE and not any(data.get(f) for f in EVENT_FIELDS):
             self.add_error(None, "Pick at least one kind of event.")
         return data
 
@@ -114,10 +172,11 @@ class SubscriptionForm(forms.Form):
             model=data.get("model") if target == SubscriptionTarget.MODEL else None,
             author=data["author"] if target == SubscriptionTarget.AUTHOR else "",
             rule=data["rule"] if target == SubscriptionTarget.RULE else "",
-            on_template=data["on_template"],
-            on_verdict=data["on_verdict"] or target == SubscriptionTarget.RULE,
-            on_probe=data["on_probe"],
-            on_status=data["on_status"],
+            # A rule is about verdicts only: it has no event fields of its own.
+            on_template=data.get("on_template", False),
+            on_verdict=data.get("on_verdict", False) or target == SubscriptionTarget.RULE,
+            on_probe=data.get("on_probe", False),
+            on_status=data.get("on_status", False),
         )
 
 

@@ -11,6 +11,8 @@ app_name = "alerts"
 urlpatterns = [
     path("", views.settings_page, name="settings"),
     path("channels/new", views.channel_create, name="channel_create"),
+    path("channels/form", views.channel_form, name="channel_form"),
+    path("subscriptions/form", views.subscription_form, name="subscription_form"),
     path("channels/<int:pk>/", views.channel_detail, name="channel"),
     path("channels/<int:pk>/test", views.channel_test, name="channel_test"),
     path(

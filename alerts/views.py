@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import smtplib
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
@@ -22,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
@@ -51,11 +53,32 @@ def _limited(request: HttpRequest, what: str) -> HttpResponse:
     )
 
 
+def safe_next(request: HttpRequest, value: str | None) -> str | None:
+    """A page of this site to go back to, from a `next` field; None for anything else."""
+    if not value or not value.startswith("/"):
+        return None
+    if url_has_allowed_host_and_scheme(value, allowed_hosts=None, require_https=False):
+        return value
+    return None
+
+
+def _subscription_initial(query: Any) -> dict[str, str]:
+    """What a link from a model or author page asks to subscribe to (`?repo_id=` / `?author=`)."""
+    initial = {k: query[k] for k in ("repo_id", "author", "target") if query.get(k)}
+    if "target" not in initial and ("repo_id" in initial or "author" in initial):
+        initial["target"] = "model" if "repo_id" in initial else "author"
+    return initial
+
+
+def _return_to(request: HttpRequest) -> str:
+    """This page with the model or author it was opened for, to come back to after a detour."""
+    keep = {k: v for k, v in _subscription_initial(request.GET).items() if k != "target"}
+    return reverse("alerts:settings") + (f"?{urlencode(keep)}" if keep else "")
+
+
 def _settings_context(request: HttpRequest, **forms: Any) -> dict[str, Any]:
     user: Any = request.user  # signed in: every view using this is login_required
-    initial = {k: request.GET[k] for k in ("repo_id", "author") if request.GET.get(k)}
-    if initial:
-        initial["target"] = "model" if "repo_id" in initial else "author"
+    initial = _subscription_initial(request.GET)
     return {
         "channels": Channel.objects.owned_by(user).select_related("team"),
         "subscriptions": Subscription.objects.filter(user=user).select_related("channel", "model"),
@@ -67,6 +90,8 @@ def _settings_context(request: HttpRequest, **forms: Any) -> dict[str, Any]:
         or SubscriptionForm(user=user, initial=initial),
         "team_form": forms.get("team_form") or TeamForm(),
         "member_form": MemberForm(),
+        "return_to": _return_to(request) if initial else "",
+        "subscribing_to": initial.get("repo_id") or initial.get("author", ""),
     }
 
 
@@ -78,11 +103,30 @@ def settings_page(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_safe
+def channel_form(request: HttpRequest) -> HttpResponse:
+    """The add-a-channel form for the kind in the query: htmx swaps it in when the kind changes."""
+    form = ChannelForm(user=request.user, initial=request.GET.dict())
+    context = {"channel_form": form, "return_to": safe_next(request, request.GET.get("next"))}
+    return render(request, "alerts/_channel_form.html", context)
+
+
+@login_required
+@require_safe
+def subscription_form(request: HttpRequest) -> HttpResponse:
+    """The subscribe form for the target in the query (a model, an author, a rule)."""
+    form = SubscriptionForm(user=request.user, initial=request.GET.dict())
+    return render(request, "alerts/_subscription_form.html", {"subscription_form": form})
+
+
+@login_required
 @require_POST
 def channel_create(request: HttpRequest) -> HttpResponse:
     form = ChannelForm(request.POST, user=request.user)
+    back = safe_next(request, request.POST.get("next"))
     if not form.is_valid():
         context = _settings_context(request, channel_form=form)
+        context["return_to"] = back or ""
         return render(request, "alerts/settings.html", context, status=400)
     channel: Channel = form.save(commit=False)
     if channel.team is None:
@@ -96,6 +140,9 @@ def channel_create(request: HttpRequest) -> HttpResponse:
     else:
         channel.confirmed_at = timezone.now()
         channel.save()
+    if back:  # opened to subscribe to something: back there, the new channel ready to pick
+        messages.info(request, f"Channel added: {channel}. Now pick what to hear about.")
+        return HttpResponseRedirect(back)
     return redirect("alerts:channel", pk=channel.pk)
 
 
@@ -268,12 +315,14 @@ class PasswordView(auth_views.PasswordChangeView):
 def signin_request(request: HttpRequest) -> HttpResponse:
     """Mail a one-time sign-in link (an account is created on its first use)."""
     form = SigninLinkForm(request.POST)
+    back = safe_next(request, request.POST.get("next"))
     if not form.is_valid():
-        return render(request, "alerts/login.html", {"link_form": form}, status=400)
+        context = {"link_form": form, "next": back or ""}
+        return render(request, "alerts/login.html", context, status=400)
     address = form.cleaned_data["email"]
     if not throttles.allowed("signin_mail", request, address):
         return _limited(request, "Too many sign-in mails; try again in an hour.")
-    if not _mailed(request, emails.signin_email(address)):
+    if not _mailed(request, emails.signin_email(address, back)):
         text = "The mail could not be sent just now; please try again in a few minutes."
         return render(request, "alerts/message.html", {"title": "Not sent", "text": text},
                       status=503)  # fmt: skip
@@ -284,12 +333,13 @@ def signin_request(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def signin_link(request: HttpRequest, token: str) -> HttpResponse:
     """GET asks, POST signs in: a scanner cannot use up the single-use link."""
+    back = safe_next(request, request.GET.get("next"))
     if request.method == "GET":
         if tokens.signin_address(token) is None:
             return _bad_link(request)
-        return render(request, "alerts/signin_link.html", {"token": token})
+        return render(request, "alerts/signin_link.html", {"token": token, "next": back or ""})
     user = tokens.user_to_sign_in(token)
     if user is None:
         return _bad_link(request)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-    return HttpResponseRedirect(reverse("alerts:settings"))
+    return HttpResponseRedirect(back or reverse("alerts:settings"))

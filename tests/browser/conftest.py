@@ -76,3 +76,13 @@ def screenshot(page: Any, name: str) -> Path:
         paths.append(path)
     page.evaluate("document.documentElement.dataset.theme = 'auto'")
     return paths[0]
+
+
+def screenshots_at_widths(page: Any, name: str, widths: tuple[int, ...] = (1280, 390)) -> None:
+    """Screenshots at a desktop's and a phone's width; the page never scrolls sideways."""
+    for width in widths:
+        page.set_viewport_size({"width": width, "height": 900})
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name} scrolls sideways by {overflow}px at {width}px"
+        screenshot(page, f"{name}-{width}")
+    page.set_viewport_size({"width": 1280, "height": 900})
