@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
+from checks.figures import broken_pairs, setting_figure, share_figure
 from checks.reports import (
     ASSISTANT_OUTPUT,
     ERROR,
@@ -97,8 +98,9 @@ def not_applicable(profile: str, note: str) -> ClientResult:
 
 
 def mean_share(sessions: Iterable[SessionResult]) -> float | None:
-    shares = [p.reusable_share for s in sessions for p in s.pairs]
-    return round(sum(shares) / len(shares), 4) if shares else None
+    """A setting's "Reused" figure (`checks.figures.setting_figure`)."""
+    figure = setting_figure(sessions)
+    return figure.mean if figure is not None else None
 
 
 # Settings every caller meets: no kwargs, or the enable_thinking switch serving engines pass.
@@ -133,7 +135,7 @@ def error_reason(variants: Iterable[VariantResult]) -> str:
 
 
 def _failing_pairs(variant: VariantResult) -> list[RequestPair]:
-    return [p for s in variant.sessions for p in s.pairs if p.status == "fail"]
+    return broken_pairs(variant.sessions)
 
 
 _CAUSE_TEXT = {
@@ -168,10 +170,6 @@ def _sessions_phrase(pairs: list[RequestPair]) -> str:
     names = list(dict.fromkeys(p.session for p in pairs))
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return f"session{'s' if len(names) > 1 else ''} {shown}"
-
-
-def _percent(share: float) -> str:
-    return f"{round(share * 100)}%"
 
 
 def _kwargs_hint(variant: VariantResult) -> str:
@@ -209,16 +207,17 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
         parts = ["Not cache-safe under any setting checked."]
     for variant in unsafe[:3]:
         pairs = _failing_pairs(variant)
-        kept = sum(p.reusable_share for p in pairs) / len(pairs)
+        kept = share_figure(pairs)
+        assert kept is not None  # an unsafe setting has a failing pair
         intro = f"With {variant.label}" if len(variants) > 1 else "On each such turn"
         baseline = ""
-        same_turns = _same_pairs(best, pairs) if best is not None else []
-        if best is not None and same_turns:
-            best_kept = sum(p.reusable_share for p in same_turns) / len(same_turns)
-            baseline = f", against {_percent(best_kept)} on the same turns with {best.label}"
+        same = share_figure(_same_pairs(best, pairs)) if best is not None else None
+        if best is not None and same is not None:
+            baseline = f", against {same.text} on the same turns with {best.label}"
         parts.append(
             f"{intro}, {_cause_phrase(pairs)} ({_sessions_phrase(pairs)}): only about "
-            f"{_percent(kept)} of the next prompt can come from the cache{baseline}."
+            f"{kept.text} of the next prompt can come from the cache ({kept.over_breaks})"
+            f"{baseline}."
         )
     if len(unsafe) > 3:
         parts.append(f"{len(unsafe) - 3} more settings break the same way.")

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.clients import PROFILES
+from checks.figures import ShareFigure, share_figure
 from checks.policy import is_primary
 from checks.reports import TemplateReport
 from checks.reuse import CACHE_CLASS_LABELS, CACHE_CLASSES
@@ -59,9 +60,11 @@ class BreakGroup:
         return sorted(found)
 
     @property
-    def share_range(self) -> tuple[float, float]:
-        shares = [p.pair.reusable_share for p in self.pairs]
-        return min(shares), max(shares)
+    def figure(self) -> ShareFigure:
+        """The share of the next prompt these pairs keep: mean, lowest, highest."""
+        figure = share_figure(p.pair for p in self.pairs)
+        assert figure is not None  # a group has at least one pair
+        return figure
 
 
 def group_breaks(pairs: list[PairLocation]) -> list[BreakGroup]:

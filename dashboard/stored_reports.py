@@ -11,6 +11,7 @@ from typing import Any
 
 from checks.conversations import SESSIONS, session_named
 from checks.digest import variant_key
+from checks.figures import ShareFigure, broken_pairs, setting_figure, share_figure
 from checks.reports import (
     RequestPair,
     SessionResult,
@@ -55,6 +56,11 @@ class PairLocation:
     def session_title(self) -> str:
         return SESSION_TITLES.get(self.session.session, self.session.session)
 
+    @property
+    def breaks_figure(self) -> ShareFigure | None:
+        """What the setting's breaking pairs keep: the summary's figure for this setting."""
+        return share_figure(broken_pairs(self.variant.sessions))
+
 
 def find_pair(report: TemplateReport, key: str, session: str, index: int) -> PairLocation | None:
     variant = find_variant(report, key)
@@ -96,6 +102,8 @@ class MatrixRow:
     key: str
     variant: VariantResult
     cells: list[MatrixCell]
+    #: The "Reused" column: the setting's mean share of the next prompt kept.
+    figure: ShareFigure | None = None
 
 
 def matrix(report: TemplateReport) -> tuple[list[str], list[MatrixRow]]:
@@ -132,7 +140,8 @@ def matrix(report: TemplateReport) -> tuple[list[str], list[MatrixRow]]:
             else:
                 location = PairLocation(variant, result, worst)
                 cells.append(MatrixCell(worst.status, worst.detail, location, share))
-        rows.append(MatrixRow(variant_key(variant), variant, cells))
+        figure = setting_figure(s for s in variant.sessions if s.rendered)
+        rows.append(MatrixRow(variant_key(variant), variant, cells, figure))
     return sessions, rows
 
 

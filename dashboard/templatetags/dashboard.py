@@ -8,6 +8,7 @@ from datetime import timedelta
 from django import template
 from django.urls import reverse
 
+from checks import figures
 from checks.setups import Setup
 from dashboard.catalog import CatalogQuery
 from dashboard.stored_reports import PairLocation
@@ -18,9 +19,7 @@ register = template.Library()
 
 @register.filter
 def percent(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{round(value * 100)}%"
+    return figures.percent(value)
 
 
 @register.filter

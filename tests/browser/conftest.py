@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard_data import healthy_service  # noqa: F401 - a fixture
+from tests.dashboard_data import (
+    Catalog,
+    build_catalog,
+    healthy_service,  # noqa: F401 - a fixture
+)
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls here are plain sync.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -63,6 +67,12 @@ def page(chromium: Any, live_server: Any, healthy_service: None) -> Iterator[Any
         "http"
     ) else None
     page.close()
+
+
+@pytest.fixture
+def catalog(transactional_db: None) -> Catalog:
+    """The dashboard tests' small catalog, committed so the live server sees it."""
+    return build_catalog()
 
 
 def screenshot(page: Any, name: str) -> Path:

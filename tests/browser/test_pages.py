@@ -8,16 +8,11 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import CORPUS_DIR, corpus_available
-from tests.dashboard_data import HOSTILE_REPO, PENDING_REPO, Catalog, add_model, build_catalog
+from tests.dashboard_data import HOSTILE_REPO, PENDING_REPO, Catalog, add_model
 
 from .conftest import screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def catalog(transactional_db: None) -> Catalog:
-    return build_catalog()
 
 
 def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog) -> None:

@@ -12,18 +12,13 @@ from playwright.sync_api import expect
 
 from registry.models import ProbeRun
 from registry.probes import store_report
-from tests.dashboard_data import Catalog, build_catalog
+from tests.dashboard_data import Catalog
 from tests.test_probe_pages import REPORT, probed
 from workers.models import WorkerHeartbeat
 
 from .conftest import ARTIFACTS, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def catalog(transactional_db: None) -> Catalog:
-    return build_catalog()
 
 
 def test_a_queued_probe_shows_its_results_without_a_reload(
