@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_safe
 
@@ -215,6 +215,17 @@ def model_detail(
             response["Cache-Control"] = "no-store"
         return response
     snapshot: TemplateSnapshot | None = model.current_snapshot
+    if commit is not None and len(commit) < 40:
+        # A short commit id, as the page and the Hub print them: the one full id it names.
+        full = list(
+            model.snapshots.filter(commit_sha__startswith=commit)
+            .values_list("commit_sha", flat=True)
+            .order_by()
+            .distinct()[:2]
+        )
+        if len(full) != 1:
+            raise Http404("No single commit of this model starts with that id.")
+        return redirect("dashboard:model_at", org, name, full[0], permanent=True)
     if commit is not None:
         snapshot = get_object_or_404(
             model.snapshots.select_related("default_template"), commit_sha=commit

@@ -4,20 +4,18 @@ whose template changed, a model still being checked, and a template full of mark
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from checks import ENGINE_VERSION
-from registry.demo import DEMO_DIR, seed_demo_catalog
+from registry.demo import seed_demo_catalog
 from registry.models import (
     CheckRun,
     CheckStatus,
     HubModel,
     ModelStatus,
     SourceFile,
-    TemplateChange,
     TemplateSnapshot,
     TemplateVersion,
 )
@@ -86,26 +84,11 @@ def add_model(
 def build_catalog() -> Catalog:
     seed_demo_catalog()
     thinker = HubModel.objects.get(repo_id=CHANGED_REPO)
-    # Its template used to be the safe ChatML one: a change with the verdict before and after.
-    old_text = (DEMO_DIR / "chatml-safe.jinja").read_text(encoding="utf-8")
-    old_version, _ = TemplateVersion.objects.get_or_create_for_text(old_text)
+    # The demo's history: the thinker's template used to be a plain, cache-safe one.
+    first = thinker.changes.order_by("committed_at").first()
+    assert first is not None and first.new_version is not None
+    old_version = first.new_version
     now = timezone.now()
-    TemplateChange.objects.create(
-        model=thinker,
-        commit_sha="a" * 40,
-        committed_at=now - timedelta(days=30),
-        title="Initial chat template",
-        old_version=None,
-        new_version=old_version,
-    )
-    TemplateChange.objects.create(
-        model=thinker,
-        commit_sha="b" * 40,
-        committed_at=now - timedelta(days=2),
-        title="Strip reasoning from earlier turns",
-        old_version=old_version,
-        new_version=thinker.current_snapshot.default_template,  # type: ignore[union-attr]
-    )
     pending = add_model(
         PENDING_REPO, "{{ messages[0].content }} pending", commit="c" * 40, check=False
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
@@ -9,6 +11,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from registry.demo import DEMO_MODELS, seed_demo_catalog
 from registry.models import CatalogVerdict, HubModel, ModelStatus
+from registry.verdicts import latest_check
 from tests.dashboard_data import (
     HOSTILE_REPO,
     PENDING_REPO,
@@ -56,6 +59,43 @@ def test_demo_catalog_is_seeded_once_and_checked() -> None:
     assert demo.count() == len(DEMO_MODELS)
     # The engine ran: no demo model is left "not checked yet".
     assert set(demo.values_list("verdict", flat=True)) == {"safe", "unsafe"}
+
+
+def test_demo_data_looks_like_what_a_sync_writes(client: Client) -> None:
+    """Commit ids and dates, a first-template change per model, and one model whose template
+    changed later, so history, version diff and feed have something to show; labelled demo."""
+    seed_demo_catalog()
+    for demo in DEMO_MODELS:
+        model = HubModel.objects.get(repo_id=demo.repo_id)
+        snapshot = model.current_snapshot
+        assert snapshot is not None
+        assert re.fullmatch(r"[0-9a-f]{40}", snapshot.commit_sha)
+        assert snapshot.commit_sha == model.last_commit_sha != "0" * 40
+        changes = list(model.changes.order_by("committed_at"))
+        assert len(changes) == len(demo.history)
+        assert changes[0].old_version is None and changes[-1].snapshot == snapshot
+        assert all(c.committed_at is not None and c.title for c in changes)
+        page = client.get(f"/m/{demo.repo_id}/").content.decode()
+        assert "(demo model)" in page  # labelled, never passed off as read from the Hub
+        assert snapshot.committed_at is not None
+        assert f"{snapshot.committed_at:%Y-%m-%d}" in page
+        assert f"/m/{demo.repo_id}/at/{snapshot.commit_sha}/" in page
+        assert "from local" not in page and "imported folder" not in page
+    thinker = HubModel.objects.get(repo_id="cachesafe-demo/thinker-30b-a3b")
+    old, new = thinker.changes.order_by("committed_at")
+    assert old.new_version is not None and new.new_version is not None
+    verdicts = [
+        getattr(latest_check(v), "verdict", None) for v in (old.new_version, new.new_version)
+    ]
+    assert verdicts == ["safe", "unsafe"]
+    page = client.get(f"/m/{thinker.repo_id}/").content.decode()
+    diff = f"/t/{new.new_version.sha256}/vs/{old.new_version.sha256}/"
+    assert diff in page
+    assert client.get(diff).status_code == 200
+    assert client.get(f"/m/{thinker.repo_id}/at/{old.commit_sha}/").status_code == 200
+    assert client.get("/feeds/changes.atom").content.decode().count("<entry>") == len(
+        [c for d in DEMO_MODELS for c in d.history]
+    )
 
 
 def test_catalog_lists_every_model_with_its_verdict(client: Client, catalog: Catalog) -> None:

@@ -52,7 +52,9 @@ def test_model_page_says_the_verdict_and_shows_the_evidence(
     assert "No probe yet" in body
     # Subscribing is a real link to the alerts page, prefilled for this model.
     assert f'href="/alerts/?repo_id={catalog.unsafe.repo_id}"' in body
-    assert f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/" in body  # pinned permalink
+    assert (
+        f"/m/{catalog.unsafe.repo_id}/at/{catalog.unsafe.last_commit_sha}/" in body
+    )  # pinned permalink
 
 
 def test_model_page_shows_the_verdict_for_each_client_and_engine(
@@ -134,10 +136,17 @@ def test_model_page_query_count_does_not_grow_with_history(
 
 
 def test_model_pinned_to_a_commit_and_unknown_commit(client: Client, catalog: Catalog) -> None:
-    pinned = client.get(f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/")
+    pinned = client.get(f"/m/{catalog.unsafe.repo_id}/at/{catalog.unsafe.last_commit_sha}/")
     assert pinned.status_code == 200
     assert "You are looking at this model as of commit" in pinned.content.decode()
     assert client.get(f"/m/{catalog.unsafe.repo_id}/at/{'1' * 40}/").status_code == 404
+    # The short id the page prints leads to the same pinned page; an unknown one is a 404.
+    short = client.get(f"/m/{catalog.unsafe.repo_id}/at/{catalog.unsafe.last_commit_sha[:12]}/")
+    assert short.status_code == 301
+    assert short.headers["Location"] == (
+        f"/m/{catalog.unsafe.repo_id}/at/{catalog.unsafe.last_commit_sha}/"
+    )
+    assert client.get(f"/m/{catalog.unsafe.repo_id}/at/1111111/").status_code == 404
 
 
 def test_unknown_model_is_a_404_that_offers_to_track_it(client: Client, catalog: Catalog) -> None:
@@ -281,11 +290,11 @@ def test_feeds_of_template_changes(client: Client, catalog: Catalog) -> None:
     everything = client.get("/feeds/changes.atom")
     assert everything["Content-Type"].startswith("application/atom+xml")
     text = everything.content.decode()
-    assert text.count("<entry>") == 2
+    assert text.count("<entry>") == 4  # each demo model's first template, and the thinker's change
     assert "Strip reasoning from earlier turns" in text
     assert f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/" in text
     by_author = client.get("/feeds/authors/cachesafe-demo.atom").content.decode()
-    assert by_author.count("<entry>") == 2
+    assert by_author.count("<entry>") == 4
     assert client.get("/feeds/authors/evil-org.atom").content.decode().count("<entry>") == 0
     assert client.get("/feeds/authors/nobody.atom").status_code == 404
     one = client.get(f"/m/{catalog.changed.repo_id}/changes.atom").content.decode()

@@ -12,10 +12,11 @@ from alerts import tokens
 from alerts.models import Channel, ChannelKind, Subscription
 from tests.browser.conftest import screenshot, screenshots_at_widths
 from tests.dashboard_data import add_model
-from tests.test_alerts_support import make_channel, make_model, make_user
+from tests.test_alerts_support import make_channel, make_model, make_user, own_cache
 
 # The browser fixtures (one Chromium for the whole run) come from tests/browser/conftest.py.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+__all__ = ["own_cache"]  # a fixture: rate-limit counters start at zero
 
 PASSWORD = "a long enough password 1"
 CHATML = (
@@ -25,7 +26,7 @@ CHATML = (
 
 
 def test_from_a_model_page_through_sign_in_to_a_subscription(
-    page: Any, live_server: Any, mailoutbox: list[Any]
+    page: Any, live_server: Any, mailoutbox: list[Any], own_cache: Any
 ) -> None:
     """A first-time reader: "get alerts" on a model page, a sign-in link by mail, a Slack
     channel (the form shows the URL field, not the address one), and back to subscribe."""

@@ -97,7 +97,7 @@ def test_copy_link_puts_the_pinned_url_on_the_clipboard(
     page.get_by_role("button", name="Copy link").click()
     expect(page.locator(".share .copied")).to_have_text("Copied")
     copied = page.evaluate("navigator.clipboard.readText()")
-    assert copied.endswith(f"/m/{catalog.unsafe.repo_id}/at/{'0' * 40}/")
+    assert copied.endswith(f"/m/{catalog.unsafe.repo_id}/at/{catalog.unsafe.last_commit_sha}/")
     # The pinned link (absolute on SITE_URL) opens the same model at that commit.
     page.goto(live_server.url + urlsplit(copied).path)
     expect(page.locator(".pinned-note")).to_contain_text("as of commit")
