@@ -524,6 +524,8 @@ class TrackedModel(Strict):
     status: Annotated[str, _choices(ModelStatus)]
     status_reason: str
     sync_error: str
+    #: When the attempt that left `sync_error` failed; null after a success.
+    sync_failed_at: DateTime | None
     verdict: VerdictName
     verdict_summary: str
     downloads: int

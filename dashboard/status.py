@@ -41,6 +41,10 @@ class ModelStatusLine:
         return ago(self.checked_at)
 
     @property
+    def failed_ago(self) -> str:
+        return ago(self.sync.failed_at)
+
+    @property
     def problem(self) -> str:
         """The last error in words ("" when the last sync went well)."""
         explained = self.sync.error or self.sync.status

@@ -59,6 +59,7 @@ def model_json(model: HubModel) -> dict[str, Any]:
         "status": model.status,
         "status_reason": model.status_reason,
         "sync_error": model.sync_error,
+        "sync_failed_at": model.sync_failed_at.isoformat() if model.sync_failed_at else None,
         "verdict": model.verdict,
         "verdict_summary": model.verdict_summary,
         "downloads": model.downloads,

@@ -401,6 +401,7 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         values: dict[str, Any] = {
             "template_files": observation.files_signature,
             "sync_error": "",
+            "sync_failed_at": None,
             "last_synced_at": timezone.now(),
         }
         if observation.states:
@@ -445,7 +446,7 @@ def _announce(change_id: int) -> None:
 def record_unchanged(model_pk: int, info: RepoInfo) -> SyncResult:
     """Nothing new upstream: refresh counters that moved, and the sync time."""
     model = HubModel.objects.get(pk=model_pk)
-    changed = _assign(model, metadata_fields(info) | {"sync_error": ""})
+    changed = _assign(model, metadata_fields(info) | {"sync_error": "", "sync_failed_at": None})
     model.last_synced_at = timezone.now()
     model.save(update_fields=[*changed, "last_synced_at"])
     return SyncResult(model.repo_id, "unchanged", model.status)
@@ -457,7 +458,12 @@ def record_unavailable(
     """Gated, private, missing or disabled: say so, and keep the last known templates."""
     model = HubModel.objects.get(pk=model_pk)
     old = model.status
-    values: dict[str, Any] = {"status": status, "status_reason": reason, "sync_error": ""}
+    values: dict[str, Any] = {
+        "status": status,
+        "status_reason": reason,
+        "sync_error": "",
+        "sync_failed_at": None,
+    }
     if info is not None:
         values |= metadata_fields(info)
     changed = _assign(model, values)
@@ -473,7 +479,9 @@ def record_unavailable(
 
 def record_failure(model_pk: int, message: str) -> None:
     """The Hub could not be read this time: keep everything, note why (shown on the page)."""
-    HubModel.objects.filter(pk=model_pk).update(sync_error=message[:1000])
+    HubModel.objects.filter(pk=model_pk).update(
+        sync_error=message[:1000], sync_failed_at=timezone.now()
+    )
 
 
 def sync_repo_ids(

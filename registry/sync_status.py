@@ -187,6 +187,7 @@ class SyncState:
     status: Explanation | None  # the repo, as last read, has no usable template
     raw_error: str = ""
     from_hub: bool = True
+    failed_at: datetime | None = None  # when the failing attempt was made
 
     @property
     def sentence(self) -> str:
@@ -227,6 +228,7 @@ def describe(model: HubModel) -> SyncState:
         status=status,
         raw_error=model.sync_error if error is not None else "",
         from_hub=from_hub,
+        failed_at=model.sync_failed_at if error is not None else None,
     )
 
 

@@ -177,7 +177,11 @@ def test_a_model_being_checked_polls_its_progress_until_done(
     text = final.content.decode()
     assert "hx-trigger" not in text
     assert "Show the full results" in text
-    assert CheckRun.objects.get(template_version=version).status == "done"
+    run = CheckRun.objects.get(template_version=version)
+    assert run.status == "done" and run.finished_at is not None
+    # The pins' "checked at" lives outside the polled block: the poll sends it out of band.
+    engine = text.split('<div id="engine-line" hx-swap-oob="true">')[1].split("</div>")[0]
+    assert f'<time datetime="{run.finished_at.isoformat()}"' in engine
 
 
 def test_a_model_not_synced_yet_polls_too(client: Client) -> None:

@@ -17,7 +17,7 @@ from pytest_django import DjangoAssertNumQueries
 from dashboard import status as page_status
 from registry.hub import HubClient, HubUnavailable
 from registry.models import HubModel, ModelStatus
-from registry.sync import RegistrySync, record_failure
+from registry.sync import RegistrySync, record_failure, record_unavailable
 from registry.sync_status import (
     Problem,
     describe,
@@ -254,6 +254,24 @@ def test_the_page_of_a_model_whose_sync_failed_says_why(
 
 
 @pytest.mark.usefixtures("healthy_service", "no_banner_thread")
+def test_the_time_of_the_failure_is_kept_and_shown_until_a_success(client: Client) -> None:
+    model = add_model("org/fine", TEMPLATE, commit="e" * 40, last_synced_at=timezone.now())
+    record_failure(model.pk, "org/fine info: Hub error 503 after 5 attempts")
+    failed_at = HubModel.objects.get(pk=model.pk).sync_failed_at
+    assert failed_at is not None and (timezone.now() - failed_at).total_seconds() < 60
+    HubModel.objects.filter(pk=model.pk).update(sync_failed_at=failed_at - timedelta(minutes=7))
+    body = client.get("/m/org/fine/").content.decode()
+    problem = body.split('<div class="status-problem">')[1].split("</div>")[0]
+    assert "7\xa0minutes ago" in problem or "7 minutes ago" in problem
+    api = client.get("/api/models/org/fine").json()
+    assert api["sync_failed_at"] is not None
+    # The next sync that reads the repo clears both (here it finds the repo gated).
+    record_unavailable(model.pk, ModelStatus.GATED, "gated", None)
+    model.refresh_from_db()
+    assert (model.sync_error, model.sync_failed_at) == ("", None)
+
+
+@pytest.mark.usefixtures("healthy_service", "no_banner_thread")
 def test_a_synced_model_shows_when_it_was_synced_and_checked(client: Client) -> None:
     synced_at = timezone.now() - timedelta(hours=3)
     model = add_model("org/fine", TEMPLATE, commit="e" * 40, last_synced_at=synced_at)
@@ -267,7 +285,7 @@ def test_a_synced_model_shows_when_it_was_synced_and_checked(client: Client) -> 
     # The verdict still shows; the failing sync is said beside it, in words.
     assert (
         "<dt>Last error</dt><dd>The Hub answered with a server error (503); "
-        "we retry automatically.</dd>" in line
+        'we retry automatically. <span class="muted">(<time datetime=' in line
     )
 
 

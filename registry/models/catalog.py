@@ -164,6 +164,8 @@ class HubModel(models.Model):
     history_complete = models.BooleanField(default=False)
     #: Why the last sync attempt failed (Hub down, rate limited, …); empty after a success.
     sync_error = models.TextField(blank=True)
+    #: When that attempt failed; None after a success.
+    sync_failed_at = models.DateTimeField(null=True, blank=True)
 
     current_snapshot = models.ForeignKey(
         "TemplateSnapshot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -18,7 +18,7 @@ from registry.models import HubModel
 from registry.sync import record_failure
 from tests.dashboard_data import add_model
 
-from .conftest import ARTIFACTS, screenshot
+from .conftest import ARTIFACTS, screenshot, screenshots_at_widths
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -99,3 +99,31 @@ def test_staff_can_retry_from_the_status_line(page: Any, live_server: Any) -> No
     page.get_by_role("button", name="Retry now").click()
     expect(page.locator("#sync-status")).to_contain_text("Sync queued")
     expect(page.locator("#sync-status")).to_contain_text(SENTENCE)
+
+
+@pytest.mark.usefixtures("as_staff")
+def test_after_a_staff_recheck_the_checked_time_follows_without_a_reload(
+    page: Any, live_server: Any
+) -> None:
+    from registry.models import CheckRun
+    from registry.verdicts import check_in_process, record_check
+    from tests.dashboard_data import TOKENS
+
+    model = add_model("org/rechecked", "{% for m in messages %}{{ m.content }}{% endfor %}",
+                      commit="9" * 40)  # fmt: skip
+    version = model.current_snapshot.default_template  # type: ignore[union-attr]
+    CheckRun.objects.filter(template_version=version).update(
+        finished_at=timezone.now() - timedelta(days=3)
+    )
+    page.goto(f"{live_server.url}/m/org/rechecked/")
+    engine = page.locator("#engine-line")
+    before = engine.locator("time").get_attribute("datetime")
+    page.get_by_role("button", name="Re-check template").click()
+    expect(page.locator("#check-status")).to_contain_text("Checking…")
+    expect(engine).to_contain_text("queued")
+    run = record_check(version, check_in_process(version, TOKENS))
+    assert run.finished_at is not None
+    # The poll that brings the verdict brings the pins' time too.
+    expect(engine.locator("time")).to_have_attribute("datetime", run.finished_at.isoformat())
+    assert before != run.finished_at.isoformat()
+    screenshots_at_widths(page, "recheck-done")
