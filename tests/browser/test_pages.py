@@ -52,11 +52,15 @@ def test_screenshots_of_every_page(page: Any, live_server: Any, catalog: Catalog
     screenshot(page, "model-mobile")
 
 
-def test_no_page_scrolls_sideways_on_a_phone(page: Any, live_server: Any, catalog: Catalog) -> None:
+@pytest.mark.parametrize("width", [1280, 390])
+def test_no_page_scrolls_sideways(
+    page: Any, live_server: Any, catalog: Catalog, width: int
+) -> None:
     """Wide things (matrix, renders, sources) scroll inside their own box, not the page."""
     changed = catalog.changed.current_snapshot.default_template.sha256  # type: ignore[union-attr]
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size({"width": width, "height": 844})
     for path in (
+        "/?verdict=bogus&sort=reuse",
         "/",
         f"/m/{catalog.unsafe.repo_id}/",
         f"/m/{HOSTILE_REPO}/",
