@@ -3,7 +3,9 @@
 10,000 models in a PostgreSQL database of its own (created and dropped here), served by gunicorn
 on 127.0.0.1, loaded by 20 concurrent clients on loopback (wrk when installed, else a thread pool).
 Reports p50/p95 of catalog search, model page and pair diff page beside a trivial Django view
-measured in the same run; the target is each page within 3x of the trivial view at p50.
+measured in the same run; the target is each page within 3x of the trivial view at p50. Three
+series: page cache on (as deployed), on under churn (a writer process makes two writes a second
+while the pages are read: an unchanged sync, and a new verdict for one model), and off.
 """
 
 from __future__ import annotations
@@ -294,10 +296,67 @@ def get(port: int, path: str) -> int:
     return response.status
 
 
+def churn(writes_per_second: float = 2.0) -> None:
+    """Write as a busy deployment does, until killed: alternately an unchanged repo's sync (only
+    quiet fields move) and a new verdict for one model (refresh_verdicts' bulk update and its
+    `catalog_changed`). Prints how many writes of each kind it made when stopped."""
+    import django
+
+    django.setup()
+    from registry.hub import RepoInfo
+    from registry.models import HubModel
+    from registry.signals import catalog_changed
+    from registry.sync import record_unchanged
+
+    ids = list(HubModel.objects.values_list("pk", flat=True))
+    rng = random.Random(11)
+    counts = {"unchanged_sync": 0, "new_verdict": 0}
+
+    def stop(*_: Any) -> None:
+        print(json.dumps(counts), flush=True)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        model = HubModel.objects.get(pk=rng.choice(ids))
+        info = RepoInfo(
+            repo_id=model.repo_id,
+            sha=model.last_commit_sha,
+            last_modified=model.last_commit_at,
+            author=model.author,
+            private=False,
+            gated=False,
+            disabled=False,
+            downloads=model.downloads + 1,
+            likes=model.likes,
+            tags=model.tags,
+            pipeline_tag=model.pipeline_tag,
+            library_name=model.library_name,
+            base_model=model.base_model,
+            gguf=False,
+        )
+        record_unchanged(model.pk, info)
+        counts["unchanged_sync"] += 1
+        time.sleep(1 / writes_per_second)
+        other = rng.choice(ids)
+        flipped = f"churn {counts['new_verdict']}"
+        HubModel.objects.filter(pk=other).update(verdict_summary=flipped)
+        catalog_changed.send(sender=HubModel, model_ids=[other])
+        counts["new_verdict"] += 1
+        time.sleep(1 / writes_per_second)
+
+
 def series(
-    python: str, env: dict[str, str], paths: dict[str, list[str]], workdir: Path, cache_seconds: int
+    python: str,
+    env: dict[str, str],
+    paths: dict[str, list[str]],
+    workdir: Path,
+    cache_seconds: int,
+    *,
+    with_churn: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Start gunicorn; for each page kind, request every path once, then load it."""
+    """Start gunicorn; for each page kind, request every path once, then load it (with the
+    churn writer running beside it if asked)."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -313,8 +372,13 @@ def series(
         cwd=ROOT,
         env={**env, "BENCH_PAGE_CACHE_SECONDS": str(cache_seconds)},
     )
+    writer = None
     try:
         wait_for(port)
+        if with_churn:
+            writer = subprocess.Popen(
+                [python, __file__, "--churn"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+            )
         results = {}
         for kind in KINDS:
             # Warm right before measuring, so no page expires (60 s TTL) during its own run.
@@ -325,6 +389,10 @@ def series(
             results[kind] = measure(port, paths[kind], workdir)
         return results
     finally:
+        if writer is not None:
+            writer.send_signal(signal.SIGTERM)
+            made, _ = writer.communicate(timeout=30)
+            print(f"churn writer: {made.strip()} (writes while the pages were read)")
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
 
@@ -344,10 +412,14 @@ def report(label: str, results: dict[str, dict[str, float]]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--populate", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--churn", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
     if args.populate:
         print(json.dumps(populate()))
+        return 0
+    if args.churn:
+        churn()
         return 0
 
     workdir = Path(tempfile.mkdtemp(prefix="cachesafe-bench-"))
@@ -380,8 +452,13 @@ def main() -> int:
             flush=True,
         )
         worst = 0.0
-        for label, cache_seconds in (("page cache on (as deployed)", 60), ("page cache off", 0)):
-            ratio = report(label, series(python, env, paths, workdir, cache_seconds))
+        for label, cache_seconds, with_churn in (
+            ("page cache on (as deployed)", 60, False),
+            ("page cache on, two writes a second (churn)", 60, True),
+            ("page cache off", 0, False),
+        ):
+            results = series(python, env, paths, workdir, cache_seconds, with_churn=with_churn)
+            ratio = report(label, results)
             if cache_seconds:
                 worst = max(worst, ratio)
         print(

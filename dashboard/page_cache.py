@@ -1,10 +1,19 @@
-"""Rendered pages kept in the cache until the catalog changes.
+"""Rendered pages kept in the cache until what they show changes.
 
-The dashboard is read far more than it changes: a page is rendered once per *generation* of the
-data, and any save of a model, snapshot, change or check starts a new generation (post_save
-below, and the registry's `catalog_changed` for its bulk writes). A TTL bounds what a bulk
-`.update()` elsewhere could leave stale. A view opts out per response (`Cache-Control:
-no-store`) when the page shows live state, such as a check in progress.
+The dashboard is read far more than it changes. A page's cache key carries the *generations* of
+what it shows, so a write starts a new generation of those only:
+
+- `model:<repo id>`: a model's pages (page, badge, its API row); bumped when the model's row
+  changes in a way a page shows, and when its snapshots, changes, checks or probes do;
+- `template:<sha256>`: a template version's pages (source, pairs, diffs, API); bumped when a check
+  of it is saved, and when a model that uses it changes;
+- `listings`: pages that list models (catalog, search, the API's list); bumped with any model's
+  shown fields;
+- `all`: every page; bumped only by a delete, whose reach is not worth tracing.
+
+A save that changes nothing a page shows (an unchanged sync writes only `last_synced_at`)
+bumps nothing. A TTL bounds what a bulk `.update()` elsewhere could leave stale, and a view opts
+out per response (`Cache-Control: no-store`) when the page shows live state.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -29,13 +38,23 @@ from registry.models import (
     ProbeRun,
     TemplateChange,
     TemplateSnapshot,
+    TemplateVersion,
 )
 from registry.signals import catalog_changed
+from registry.verdicts import models_using
 
 logger = logging.getLogger(__name__)
-GENERATION_KEY = "dashboard:generation"
+GENERATION_PREFIX = "dashboard:generation:"
 DEFAULT_SECONDS = 60
+ALL, LISTINGS = "all", "listings"
 View = TypeVar("View", bound=Callable[..., HttpResponse])
+
+#: HubModel fields whose change alone starts no generation: not shown, or counters that move
+#: on every sync (a sync time shown as "3 minutes ago", downloads, likes) where a page up to
+#: the TTL old is as good. An unchanged repo's sync writes only these.
+QUIET_FIELDS = frozenset(
+    {"last_synced_at", "template_files", "history_complete", "downloads", "likes"}
+)
 
 
 def seconds() -> int:
@@ -43,45 +62,139 @@ def seconds() -> int:
     return int(getattr(settings, "DASHBOARD_PAGE_CACHE_SECONDS", DEFAULT_SECONDS))
 
 
-# Each process rereads the generation at most this often: a cache hit then costs one lookup,
-# and a change shows everywhere within a second.
+def model_scope(repo_id: str) -> str:
+    return f"model:{repo_id.lower()}"
+
+
+def template_scope(sha256: str) -> str:
+    return f"template:{sha256}"
+
+
+# Each process rereads a generation at most this often: a cache hit then costs one lookup, and
+# a change shows everywhere within a second. The memo is bounded: past its size it starts over.
 GENERATION_TTL = 1.0
-_local: dict[str, Any] = {"value": None, "read_at": 0.0}
+MEMO_SIZE = 10_000
+_memo: dict[str, tuple[float, str]] = {}
 
 
-def generation() -> str:
+def generations(scopes: list[str]) -> list[str]:
+    """The current generation of each scope (one cache round trip for those not memoised)."""
     now = time.monotonic()
-    if _local["value"] is None or now - _local["read_at"] > GENERATION_TTL:
-        _local["value"] = str(cache.get(GENERATION_KEY) or 0)
-        _local["read_at"] = now
-    return str(_local["value"])
+    stale = [n for n in scopes if n not in _memo or now - _memo[n][0] > GENERATION_TTL]
+    if stale:
+        if len(_memo) > MEMO_SIZE:
+            _memo.clear()
+        found = cache.get_many([GENERATION_PREFIX + n for n in stale])
+        for name in stale:
+            _memo[name] = (now, str(found.get(GENERATION_PREFIX + name) or 0))
+    return [_memo[n][1] for n in scopes]
 
 
-def bump() -> None:
-    """Start a new generation: every cached page is rebuilt on its next request."""
+def bump(*scopes: str) -> None:
+    """Start a new generation of these scopes: their pages are rebuilt on their next request."""
+    if not scopes:
+        return
     # A timestamp, not a counter: no race between two writers, and it survives a cache flush.
+    stamp = time.time_ns()
     try:
-        cache.set(GENERATION_KEY, time.time_ns(), None)
+        cache.set_many({GENERATION_PREFIX + n: stamp for n in scopes}, None)
     except Exception:  # noqa: BLE001 - a save must not fail because the cache is down
         logger.warning("page cache unavailable; cached pages expire by their TTL only")
-    _local["value"] = None  # this process sees its own change at once
+    for name in scopes:
+        _memo.pop(name, None)  # this process sees its own change at once
 
 
-def bump_on_commit(**_: Any) -> None:
-    bump()
+def bump_on_commit(scopes: Iterable[str]) -> None:
+    names = tuple(dict.fromkeys(scopes))
+    bump(*names)
     # Again after commit: a page rendered between the save and the commit saw the old rows.
-    transaction.on_commit(bump)
+    transaction.on_commit(lambda: bump(*names))
 
 
-catalog_changed.connect(bump_on_commit, dispatch_uid="dashboard-catalog-changed")
+def _model_scopes(model_ids: Iterable[int]) -> list[str]:
+    repo_ids = HubModel.objects.filter(pk__in=list(model_ids)).values_list("repo_id", flat=True)
+    return [model_scope(r) for r in repo_ids]
+
+
+def _template_scopes_of_models(model_ids: Iterable[int]) -> list[str]:
+    """The templates (default and named) of these models' current snapshots: their pages list
+    the models that use them, with each one's verdict (one query)."""
+    rows = HubModel.objects.filter(pk__in=list(model_ids)).values_list(
+        "current_snapshot__default_template__sha256",
+        "current_snapshot__named_templates__version__sha256",
+    )
+    return [template_scope(sha) for sha in {sha for row in rows for sha in row if sha}]
+
+
+def _on_model_saved(instance: HubModel, update_fields: Any = None, **_: Any) -> None:
+    if update_fields is not None and set(update_fields) <= QUIET_FIELDS:
+        return  # nothing a page shows
+    bump_on_commit(
+        [model_scope(instance.repo_id), LISTINGS, *_template_scopes_of_models([instance.pk])]
+    )
+
+
+def _on_catalog_changed(model_ids: Iterable[int] = (), **_: Any) -> None:
+    ids = list(model_ids)
+    bump_on_commit([LISTINGS, *_model_scopes(ids), *_template_scopes_of_models(ids)])
+
+
+def _on_check_saved(instance: CheckRun, **_: Any) -> None:
+    sha = (
+        TemplateVersion.objects.filter(pk=instance.template_version_id)
+        .values_list("sha256", flat=True)
+        .first()
+    )
+    users = models_using([instance.template_version_id]).values_list("repo_id", flat=True)
+    bump_on_commit([*([template_scope(sha)] if sha else []), *map(model_scope, users)])
+
+
+def _on_part_of_a_model_saved(instance: Any, **_: Any) -> None:
+    """A snapshot, named template, change or probe: its model's pages (and the feed's list)."""
+    model_id = getattr(instance, "model_id", None)
+    if model_id is None and isinstance(instance, NamedTemplate):
+        model_id = (
+            TemplateSnapshot.objects.filter(pk=instance.snapshot_id)
+            .values_list("model_id", flat=True)
+            .first()
+        )
+    scopes = _model_scopes([model_id]) if model_id is not None else []
+    if isinstance(instance, TemplateChange):
+        scopes.append(LISTINGS)  # the feeds and "template changed" in the catalog
+    bump_on_commit(scopes)
+
+
+def _on_delete(**_: Any) -> None:
+    bump_on_commit([ALL])
+
+
+catalog_changed.connect(_on_catalog_changed, dispatch_uid="dashboard-catalog-changed")
+post_save.connect(_on_model_saved, sender=HubModel, dispatch_uid="dashboard-save-model")
+post_save.connect(_on_check_saved, sender=CheckRun, dispatch_uid="dashboard-save-check")
+for _part in (TemplateSnapshot, NamedTemplate, TemplateChange, ProbeRun):
+    post_save.connect(
+        _on_part_of_a_model_saved, sender=_part, dispatch_uid=f"dashboard-save-{_part}"
+    )
 for _model in (HubModel, TemplateSnapshot, NamedTemplate, TemplateChange, CheckRun, ProbeRun):
-    post_save.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-save-{_model}")
-    post_delete.connect(bump_on_commit, sender=_model, dispatch_uid=f"dashboard-del-{_model}")
+    post_delete.connect(_on_delete, sender=_model, dispatch_uid=f"dashboard-del-{_model}")
 
 
-def _key(request: HttpRequest) -> str:
+def scopes_of(kwargs: dict[str, Any]) -> list[str]:
+    """What a view's page shows, from its URL: a model, template versions, or a listing."""
+    scopes = [ALL]
+    if "org" in kwargs and "name" in kwargs:
+        scopes.append(model_scope(f"{kwargs['org']}/{kwargs['name']}"))
+    for name in ("sha256", "old_sha256"):
+        if kwargs.get(name):
+            scopes.append(template_scope(str(kwargs[name])))
+    if len(scopes) == 1:
+        scopes.append(LISTINGS)
+    return scopes
+
+
+def _key(request: HttpRequest, scopes: list[str]) -> str:
     htmx = request.headers.get("HX-Request", "") + "|" + request.headers.get("HX-Target", "")
-    raw = f"{generation()}|{htmx}|{request.get_full_path()}"
+    raw = f"{','.join(generations(scopes))}|{htmx}|{request.get_full_path()}"
     return "dashboard:page:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -100,7 +213,7 @@ def cached_page(view: View) -> View:
         if timeout <= 0 or request.method != "GET" or _is_staff(request):
             return view(request, *args, **kwargs)
         try:
-            key = _key(request)
+            key = _key(request, scopes_of(kwargs))
             hit = cache.get(key)
         except Exception:  # noqa: BLE001 - any backend error (Redis down, table missing)
             logger.warning("page cache unavailable; rendering %s", request.path, exc_info=True)

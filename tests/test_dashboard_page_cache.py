@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from registry.hub import RepoInfo
 from registry.models import HubModel
+from registry.sync import record_unchanged
 from registry.verdicts import check_in_process, record_check
 from tests.dashboard_data import (
     PENDING_REPO,
@@ -68,3 +72,70 @@ def test_a_check_in_progress_is_never_cached(client: Client) -> None:
     sha = catalog.unsafe.current_snapshot.default_template.sha256  # type: ignore[union-attr]
     client.get(f"/t/{sha}/")
     assert client.get(f"/t/{sha}/")["X-Cache"] == "hit"
+
+
+def _info(model: HubModel, **changes: Any) -> RepoInfo:
+    """What the Hub says of `model`, as it was last synced, with `changes`."""
+    values: dict[str, Any] = {
+        "repo_id": model.repo_id,
+        "sha": model.last_commit_sha,
+        "last_modified": model.last_commit_at,
+        "author": model.author,
+        "private": False,
+        "gated": False,
+        "disabled": False,
+        "downloads": model.downloads,
+        "likes": model.likes,
+        "tags": model.tags,
+        "pipeline_tag": model.pipeline_tag,
+        "library_name": model.library_name,
+        "base_model": model.base_model,
+        "gguf": False,
+    }
+    return RepoInfo(**(values | changes))
+
+
+def hits(client: Client, *urls: str) -> list[str]:
+    return [client.get(url).get("X-Cache", "live") for url in urls]
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_an_unchanged_sync_invalidates_no_page(client: Client) -> None:
+    catalog = build_catalog()
+    model = catalog.unsafe
+    urls = ("/", f"/m/{model.repo_id}/", f"/badge/{model.repo_id}.svg", "/api/models")
+    assert hits(client, *urls) == ["miss"] * len(urls)
+    # Nothing moved upstream but the download counter: the sync writes only quiet fields.
+    record_unchanged(model.pk, _info(model, downloads=model.downloads + 7))
+    assert HubModel.objects.get(pk=model.pk).downloads == model.downloads + 7
+    assert hits(client, *urls) == ["hit"] * len(urls)
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_new_verdict_invalidates_that_models_pages_and_the_listings_only(
+    client: Client,
+) -> None:
+    catalog = build_catalog()
+    pending = HubModel.objects.get(repo_id=PENDING_REPO)
+    version = pending.current_snapshot.default_template  # type: ignore[union-attr]
+    safe = catalog.safe
+    safe_sha = safe.current_snapshot.default_template.sha256  # type: ignore[union-attr]
+    others = (f"/m/{safe.repo_id}/", f"/t/{safe_sha}/", f"/badge/{safe.repo_id}.svg")
+    touched = (f"/m/{PENDING_REPO}/", f"/t/{version.sha256}/", "/", "/api/models")
+    hits(client, *others, *touched)
+    # While its check runs, the pending model's page is live (never kept); the rest are kept.
+    assert hits(client, *others, *touched) == ["hit"] * 3 + ["live"] + ["hit"] * 3
+    record_check(version, check_in_process(version, TOKENS))  # the pending model's verdict
+    assert hits(client, *others) == ["hit"] * 3
+    assert hits(client, *touched) == ["miss"] * 4
+    assert hits(client, *touched) == ["hit"] * 4
+    assert "Not checked yet" not in client.get(f"/m/{PENDING_REPO}/").content.decode()
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_deleted_model_drops_every_page(client: Client) -> None:
+    catalog = build_catalog()
+    url = f"/m/{catalog.safe.repo_id}/"
+    hits(client, url, "/")
+    HubModel.objects.filter(repo_id=PENDING_REPO).delete()
+    assert hits(client, url, "/") == ["miss", "miss"]
