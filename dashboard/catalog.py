@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.paginator import Paginator
 from django.db.models import F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.lookups import Exact
@@ -192,3 +194,26 @@ def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubMode
         .only("repo_id", "verdict", "downloads")
         .order_by("-downloads", "repo_id")[:limit]
     )
+
+
+#: A catalog page counts matches up to this many; past it, it says "10,000+". Counting every
+#: match of a broad term ("chat") over 100,000 models would cost more than the page itself.
+COUNT_CAP = 10_000
+
+
+class CappedPaginator(Paginator):  # type: ignore[type-arg]
+    """Counts at most `COUNT_CAP` + 1 rows (`SELECT COUNT(*) FROM (… LIMIT n)`), so a broad
+    search costs the same at 10,000 models as at 100,000; `capped` says the count is a floor."""
+
+    @cached_property
+    def count(self) -> int:
+        rows: Any = self.object_list  # a QuerySet: sliced, it counts in a subquery
+        return int(rows[: COUNT_CAP + 1].count())
+
+    @property
+    def capped(self) -> bool:
+        return self.count > COUNT_CAP
+
+    @property
+    def shown_count(self) -> int:
+        return min(self.count, COUNT_CAP)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -44,6 +43,7 @@ from .catalog import (
     PAGE_SIZE,
     SORT_LABELS,
     THINKING_CHOICES,
+    CappedPaginator,
     CatalogQuery,
     models_using,
 )
@@ -60,7 +60,7 @@ from .stored_reports import find_pair
 def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
     query = CatalogQuery.from_params(request.GET)
-    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
+    page = CappedPaginator(query.models(), PAGE_SIZE).get_page(query.page)
     context = {
         "page": page,
         "query": query,

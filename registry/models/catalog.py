@@ -6,7 +6,8 @@ import re
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Cast, Concat, Lower
 from django.utils import timezone
 
 from checks.reports import VERDICT_LABELS
@@ -111,18 +112,19 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
         return self.filter(verdict=Verdict.SAFE)
 
     def search(self, query: str) -> HubModelQuerySet:
-        query = query.strip()
-        if not query:
-            return self
-        cond = Q()
-        for term in query.split():
-            cond &= (
-                Q(repo_id__icontains=term)
-                | Q(family__icontains=term)
-                | Q(tags__icontains=term)
-                | Q(model_type__icontains=term)
-            )
-        return self.filter(cond)
+        """Models whose repo id, family, model type or tags contain every term (any case).
+
+        One generated, lower-cased column (`search_text`) holds all four, so one trigram index
+        serves every term on PostgreSQL (dashboard migration 0003): `LIKE '%term%'` on it.
+        """
+        found = self
+        for term in query.lower().split()[:SEARCH_TERMS]:
+            found = found.filter(search_text__contains=term)
+        return found
+
+
+#: More words than this in one search add nothing but cost: the rest are ignored.
+SEARCH_TERMS = 8
 
 
 class HubModel(models.Model):
@@ -166,6 +168,24 @@ class HubModel(models.Model):
     sync_error = models.TextField(blank=True)
     #: When that attempt failed; None after a success.
     sync_failed_at = models.DateTimeField(null=True, blank=True)
+    #: What the catalog search looks in, kept by the database: repo id, family, model type and
+    #: tags, lower-cased, in one column (one trigram index on PostgreSQL).
+    search_text = models.GeneratedField(
+        expression=Lower(
+            Concat(
+                F("repo_id"),
+                Value(" "),
+                F("family"),
+                Value(" "),
+                F("model_type"),
+                Value(" "),
+                Cast(F("tags"), models.TextField()),
+                output_field=models.TextField(),
+            )
+        ),
+        output_field=models.TextField(),
+        db_persist=True,
+    )
 
     current_snapshot = models.ForeignKey(
         "TemplateSnapshot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -1,0 +1,222 @@
+"""Benchmark the catalog search as the catalog grows: `make bench BENCH=search`.
+
+A PostgreSQL database of its own (created and dropped here) grows to 10,000 and then 100,000
+models (each with a catalog row, as the checks leave them), served by gunicorn on 127.0.0.1
+with the page cache off. At each size one client, one request after another, asks the catalog
+for every search term (long and short, narrow and broad, prefixes of names) and a trivial Django
+view; the report gives the p50 of each beside the trivial view's, the same run.
+
+Target (issue "fast under churn and at 100k"): search p50 within 5x of the trivial view at
+100,000 models, and flat from 10,000 to 100,000. It also prints the plan of a narrow search.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from bench_pages import (
+    DB_NAME,
+    ROOT,
+    admin,
+    environment,
+    free_port,
+    wait_for,
+)
+
+SIZES = (10_000, 100_000)
+ROUNDS = 12  # each term this many times per size
+TERMS = {
+    "narrow (one repo)": "stripes-42",
+    "family": "mistral",
+    "broad": "chat",
+    "two words": "qwen gguf",
+    "prefix of a name": "gra",
+    "short (2 chars)": "7b",
+    "short, rare": "zq",
+    "no match": "xyz-none",
+}
+FAMILIES = ["qwen", "llama", "mistral", "phi", "gemma", "deepseek", "granite", "olmo", "smol"]
+KINDS = ["instruct", "chat", "coder", "base-chat", "reasoning", "tools", "moe"]
+
+
+def grow(total: int) -> None:
+    """Add models (and their catalog rows) until there are `total`; run in the bench env."""
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from registry.models import CatalogVerdict, HubModel, ModelStatus
+
+    start = HubModel.objects.count()
+    rng = random.Random(start)
+    batch = []
+    for i in range(start, total):
+        family = FAMILIES[i % len(FAMILIES)]
+        author = f"org-{i % 4000}"
+        name = f"{family}-{rng.choice(KINDS)}-{i}-{rng.choice([1, 3, 7, 14, 32])}b"
+        if i == 42:
+            name = "stripes-42"
+        batch.append(
+            HubModel(
+                repo_id=f"{author}/{name}{rng.choice(['', '-gguf', '-awq', '-mlx'])}",
+                author=author,
+                family=family,
+                status=ModelStatus.OK,
+                verdict=rng.choice(["safe", "unsafe", "partial"]),
+                verdict_summary="Cache-safe in every session we replayed.",
+                downloads=int(rng.paretovariate(1.2) * 100),
+                tags=["text-generation", rng.choice(KINDS)],
+                model_type=family,
+            )
+        )
+    created = HubModel.objects.bulk_create(batch, batch_size=5000)
+    CatalogVerdict.objects.bulk_create(
+        [CatalogVerdict(model=m, reuse=rng.random()) for m in created], batch_size=5000
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE registry_hubmodel")
+        cursor.execute("VACUUM ANALYZE registry_catalogverdict")
+
+
+def plan(term: str) -> str:
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from dashboard.catalog import CatalogQuery
+
+    sql, params = CatalogQuery(q=term).models()[:50].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN ANALYZE {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def timed(port: int, path: str) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    started = time.perf_counter()
+    conn.request("GET", path)
+    response = conn.getresponse()
+    response.read()
+    elapsed = time.perf_counter() - started
+    conn.close()
+    if response.status != 200:
+        raise SystemExit(f"{path} answered {response.status}")
+    return elapsed
+
+
+def measure(port: int) -> dict[str, float]:
+    """p50 in ms of each term and of the trivial view, interleaved, one client."""
+    paths = {"trivial view": "/bench/trivial"} | {
+        label: "/?" + urlencode({"q": term}) for label, term in TERMS.items()
+    }
+    for path in paths.values():
+        timed(port, path)  # imports, template loading, connections
+    times: dict[str, list[float]] = {label: [] for label in paths}
+    for _ in range(ROUNDS):
+        for label, path in paths.items():
+            times[label].append(timed(port, path))
+    return {label: statistics.median(t) * 1000 for label, t in times.items()}
+
+
+def serve(python: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(python).parent / "gunicorn"),
+            "cachesafe.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "2",
+            "--log-level",
+            "warning",
+        ],  # fmt: skip
+        cwd=ROOT,
+        env={**env, "BENCH_PAGE_CACHE_SECONDS": "0"},
+    )
+    wait_for(port)
+    return server, port
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--grow":
+        grow(int(sys.argv[2]))
+        return 0
+    if len(sys.argv) > 2 and sys.argv[1] == "--plan":
+        print(plan(sys.argv[2]))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="cachesafe-bench-"))
+    env = environment(workdir / "var")
+    python = sys.executable
+    admin(f"DROP DATABASE IF EXISTS {DB_NAME}")
+    admin(f"CREATE DATABASE {DB_NAME}")
+    try:
+        subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run(
+            [python, "manage.py", "collectstatic", "--noinput", "-v0"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
+        results = {}
+        for size in SIZES:
+            started = time.monotonic()
+            subprocess.run([python, __file__, "--grow", str(size)], cwd=ROOT, env=env, check=True)
+            print(f"{size:,} models ready in {time.monotonic() - started:.0f} s", flush=True)
+            server, port = serve(python, env)
+            try:
+                results[size] = measure(port)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+        load = (
+            Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+        )
+        print(
+            f"\nuncached, one client, p50 ms over {ROUNDS} rounds (load average {' '.join(load)})"
+        )
+        header = "".join(f"{f'{s:,} models':>16}{'/ trivial':>11}" for s in SIZES)
+        print(f"{'request':<20}{header}{'100k / 10k':>12}")
+        worst = 0.0
+        for label in results[SIZES[0]]:
+            row = f"{label:<20}"
+            for size in SIZES:
+                p50 = results[size][label]
+                ratio = p50 / results[size]["trivial view"]
+                row += f"{p50:>16.1f}{ratio:>10.1f}x"
+                if size == SIZES[-1] and label != "trivial view":
+                    worst = max(worst, ratio)
+            growth = results[SIZES[-1]][label] / results[SIZES[0]][label]
+            print(f"{row}{growth:>11.2f}x")
+        print(f"\nplan of a narrow search at {SIZES[-1]:,} models:")
+        print(
+            subprocess.run(
+                [python, __file__, "--plan", TERMS["narrow (one repo)"]],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        verdict = "met" if worst <= 5 else f"not met (worst {worst:.1f}x)"
+        print(f"target: every search within 5x of the trivial view at {SIZES[-1]:,}: {verdict}")
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        admin(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The catalog search on PostgreSQL: one trigram index on the generated `search_text` column,
+used by the plan for every term; counts capped so a broad term costs no more at 100k models."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test import Client
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from dashboard import catalog as catalog_module
+from dashboard.catalog import CatalogQuery
+from registry.models import HubModel
+
+pytestmark = pytest.mark.django_db
+
+FAMILIES = ["qwen", "llama", "mistral", "phi", "gemma", "granite"]
+
+
+def many_models(count: int) -> None:
+    HubModel.objects.bulk_create(
+        HubModel(
+            repo_id=f"org-{i % 300}/{FAMILIES[i % 6]}-chat-{i}-{i % 7 + 1}b",
+            author=f"org-{i % 300}",
+            family=FAMILIES[i % 6],
+            model_type=FAMILIES[i % 6],
+            tags=["text-generation", "conversational"],
+            downloads=i,
+        )
+        for i in range(count)
+    )
+    HubModel.objects.bulk_create(
+        [
+            HubModel(repo_id="Zebra-Labs/Stripes-9B-GGUF", author="Zebra-Labs", downloads=5),
+            HubModel(repo_id="someone/plain", author="someone", tags=["ZebraTag"], downloads=3),
+        ]
+    )
+
+
+def test_search_text_holds_every_searched_field_lower_cased() -> None:
+    many_models(0)
+    found = list(HubModel.objects.search("ZEBRA").values_list("repo_id", flat=True))
+    assert sorted(found) == ["Zebra-Labs/Stripes-9B-GGUF", "someone/plain"]  # repo id, tag
+    assert list(HubModel.objects.search("stripes gguf").values_list("repo_id", flat=True)) == [
+        "Zebra-Labs/Stripes-9B-GGUF"
+    ]
+    model = HubModel.objects.get(repo_id="someone/plain")
+    model.family = "Okapi"
+    model.save()
+    assert HubModel.objects.search("okapi").get() == model  # kept by the database on save
+
+
+def test_the_plan_uses_the_trigram_index_for_a_narrow_term() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigram index exists on PostgreSQL only")
+    many_models(6000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        for q in ("zebra", "stripes gguf"):
+            rows = CatalogQuery(q=q).models()
+            sql, params = rows.query.sql_with_params()
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "dashboard_search_text_trgm" in plan, plan
+            assert "Seq Scan on registry_hubmodel" not in plan, plan
+
+
+def test_a_broad_search_counts_up_to_the_cap(
+    client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    many_models(30)
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    body = client.get("/", {"q": "chat"}).content.decode()
+    assert "10+ models matching" in body
+    body = client.get("/", {"q": "zebra"}).content.decode()
+    assert "2 models matching" in body
