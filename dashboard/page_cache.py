@@ -12,8 +12,11 @@ what it shows, so a write starts a new generation of those only:
 - `all`: every page; bumped only by a delete, whose reach is not worth tracing.
 
 A save that changes nothing a page shows (an unchanged sync writes only `last_synced_at`)
-bumps nothing. A TTL bounds what a bulk `.update()` elsewhere could leave stale, and a view opts
-out per response (`Cache-Control: no-store`) when the page shows live state.
+bumps nothing. A page whose generation moved on is rebuilt by the first request that sees it;
+requests meanwhile (up to `REBUILD_LOCK_SECONDS`) get the copy from before the write, marked
+`X-Cache: stale`, so a write costs one render per page instead of one per waiting reader. A
+TTL bounds what a bulk `.update()` elsewhere could leave stale, and a view opts out per
+response (`Cache-Control: no-store`) when the page shows live state.
 """
 
 from __future__ import annotations
@@ -192,10 +195,24 @@ def scopes_of(kwargs: dict[str, Any]) -> list[str]:
     return scopes
 
 
-def _key(request: HttpRequest, scopes: list[str]) -> str:
+def _key(request: HttpRequest) -> str:
     htmx = request.headers.get("HX-Request", "") + "|" + request.headers.get("HX-Target", "")
-    raw = f"{','.join(generations(scopes))}|{htmx}|{request.get_full_path()}"
+    raw = f"{htmx}|{request.get_full_path()}"
     return "dashboard:page:" + hashlib.sha256(raw.encode()).hexdigest()
+
+
+#: While one process renders a page whose generation moved on, others serve the copy they have
+#: for at most this long (the lock's life): a write never sends every reader to render at once.
+REBUILD_LOCK_SECONDS = 10
+
+
+def _respond(kept: tuple[Any, bytes, str, str], state: str) -> HttpResponse:
+    _generations, content, content_type, cache_control = kept
+    response = HttpResponse(content, content_type=content_type)
+    if cache_control:
+        response["Cache-Control"] = cache_control
+    response["X-Cache"] = state
+    return response
 
 
 def _is_staff(request: HttpRequest) -> bool:
@@ -213,26 +230,28 @@ def cached_page(view: View) -> View:
         if timeout <= 0 or request.method != "GET" or _is_staff(request):
             return view(request, *args, **kwargs)
         try:
-            key = _key(request, scopes_of(kwargs))
-            hit = cache.get(key)
+            key = _key(request)
+            current = generations(scopes_of(kwargs))
+            kept = cache.get(key)
+            if kept is not None and kept[0] == current:
+                return _respond(kept, "hit")
+            # Out of date (or absent): one process renders it; the others keep serving the old
+            # copy until it lands, instead of all rendering the same page at once.
+            if kept is not None and not cache.add(f"{key}:rebuild", 1, REBUILD_LOCK_SECONDS):
+                return _respond(kept, "stale")
         except Exception:  # noqa: BLE001 - any backend error (Redis down, table missing)
             logger.warning("page cache unavailable; rendering %s", request.path, exc_info=True)
             return view(request, *args, **kwargs)
-        if hit is not None:
-            content, content_type, cache_control = hit
-            response = HttpResponse(content, content_type=content_type)
-            if cache_control:
-                response["Cache-Control"] = cache_control
-            response["X-Cache"] = "hit"
-            return response
         response = view(request, *args, **kwargs)
         cache_control = response.get("Cache-Control", "")
-        if response.status_code == 200 and "no-store" not in cache_control:
-            try:
-                cache.set(key, (response.content, response["Content-Type"], cache_control), timeout)
-            except Exception:  # noqa: BLE001 - the page is rendered; keeping it is optional
-                logger.warning("page cache unavailable; not keeping %s", request.path)
-            response["X-Cache"] = "miss"
+        try:
+            if response.status_code == 200 and "no-store" not in cache_control:
+                entry = (current, response.content, response["Content-Type"], cache_control)
+                cache.set(key, entry, timeout)
+                response["X-Cache"] = "miss"
+            cache.delete(f"{key}:rebuild")
+        except Exception:  # noqa: BLE001 - the page is rendered; keeping it is optional
+            logger.warning("page cache unavailable; not keeping %s", request.path)
         return response
 
     return wrapper  # type: ignore[return-value]

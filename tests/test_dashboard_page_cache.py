@@ -139,3 +139,26 @@ def test_a_deleted_model_drops_every_page(client: Client) -> None:
     hits(client, url, "/")
     HubModel.objects.filter(repo_id=PENDING_REPO).delete()
     assert hits(client, url, "/") == ["miss", "miss"]
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(client: Client) -> None:
+    from django.core.cache import cache
+    from django.test import RequestFactory
+
+    from dashboard import page_cache
+
+    build_catalog()
+    first = client.get("/", {"verdict": "pending"})
+    assert first["X-Cache"] == "miss" and PENDING_REPO in first.content.decode()
+    version = HubModel.objects.get(repo_id=PENDING_REPO).current_snapshot.default_template  # type: ignore[union-attr]
+    record_check(version, check_in_process(version, TOKENS))
+    # Another process has started rebuilding this page: this one serves the copy it has.
+    key = page_cache._key(RequestFactory().get("/", {"verdict": "pending"}))
+    assert cache.add(f"{key}:rebuild", 1, 10)
+    stale = client.get("/", {"verdict": "pending"})
+    assert stale["X-Cache"] == "stale" and stale.content == first.content
+    cache.delete(f"{key}:rebuild")  # that rebuild ended without keeping a page (say it failed)
+    fresh = client.get("/", {"verdict": "pending"})
+    assert fresh["X-Cache"] == "miss" and PENDING_REPO not in fresh.content.decode()
+    assert client.get("/", {"verdict": "pending"})["X-Cache"] == "hit"
