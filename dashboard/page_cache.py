@@ -206,6 +206,15 @@ def _key(request: HttpRequest) -> str:
 REBUILD_LOCK_SECONDS = 10
 
 
+def _up_to_date(stored: list[str], current: list[str]) -> bool:
+    """Whether a copy rendered at generations `stored` shows at least `current`. Generations are
+    write times, so a copy another process rendered after a write this process has not read yet
+    (its memo is up to a second old) counts as fresh: the processes never re-render in turn."""
+    return len(stored) == len(current) and all(
+        int(kept) >= int(now) for kept, now in zip(stored, current, strict=True)
+    )
+
+
 def _respond(kept: tuple[Any, bytes, str, str], state: str) -> HttpResponse:
     _generations, content, content_type, cache_control = kept
     response = HttpResponse(content, content_type=content_type)
@@ -233,7 +242,7 @@ def cached_page(view: View) -> View:
             key = _key(request)
             current = generations(scopes_of(kwargs))
             kept = cache.get(key)
-            if kept is not None and kept[0] == current:
+            if kept is not None and _up_to_date(kept[0], current):
                 return _respond(kept, "hit")
             # Out of date (or absent): one process renders it; the others keep serving the old
             # copy until it lands, instead of all rendering the same page at once.

@@ -162,3 +162,14 @@ def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(client: C
     fresh = client.get("/", {"verdict": "pending"})
     assert fresh["X-Cache"] == "miss" and PENDING_REPO not in fresh.content.decode()
     assert client.get("/", {"verdict": "pending"})["X-Cache"] == "hit"
+
+
+def test_a_copy_newer_than_this_process_knows_is_fresh() -> None:
+    """Another process rendered after a write this one has not read yet: serve it, don't
+    render it again (and overwrite it with an older copy)."""
+    from dashboard.page_cache import _up_to_date
+
+    assert _up_to_date(["5", "7"], ["5", "6"])
+    assert _up_to_date(["5", "7"], ["5", "7"])
+    assert not _up_to_date(["5", "6"], ["5", "7"])
+    assert not _up_to_date(["5"], ["5", "7"])  # another page shape: never the same entry
