@@ -22,6 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from procs import children_rss  # noqa: E402
+
 from checks import CheckInput, MemoryResultCache, SandboxPool, check_templates  # noqa: E402
 from checks.engine import run_check  # noqa: E402
 from checks.rendering import CheckEnvironment, TemplateCache  # noqa: E402
@@ -84,6 +86,9 @@ def main() -> int:
     started = time.perf_counter()
     again = check_templates(inputs, pool=pool, cache=cache)
     wall_cached = time.perf_counter() - started
+    memory = children_rss(os.getpid())
+    if memory:
+        print(f"   sandbox pool after the corpus: {memory}")
     pool.close()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(

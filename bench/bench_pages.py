@@ -29,6 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from procs import children_rss
+
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = os.environ.get("BENCH_PG_ADMIN", "postgres://postgres@127.0.0.1:5432/postgres")
 DB_NAME = "cachesafe_bench"
@@ -387,6 +389,9 @@ def series(
                 if status != 200:
                     raise SystemExit(f"{path} answered {status}")
             results[kind] = measure(port, paths[kind], workdir)
+        memory = children_rss(server.pid)
+        if memory:
+            print(f"gunicorn web workers after this series: {memory}")
         return results
     finally:
         if writer is not None:
