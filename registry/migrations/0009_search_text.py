@@ -6,15 +6,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('registry', '0008_sync_failed_at'),
+        ("registry", "0008_sync_failed_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='hubmodel',
-            name='search_text',
-            field=models.GeneratedField(db_persist=True, expression=django.db.models.functions.text.Lower(django.db.models.functions.text.Concat(models.F('repo_id'), models.Value(' '), models.F('family'), models.Value(' '), models.F('model_type'), models.Value(' '), django.db.models.functions.comparison.Cast(models.F('tags'), models.TextField()), output_field=models.TextField())), output_field=models.TextField()),
+            model_name="hubmodel",
+            name="search_text",
+            field=models.GeneratedField(
+                db_persist=True,
+                expression=django.db.models.functions.text.Lower(
+                    django.db.models.functions.text.Concat(
+                        models.F("repo_id"),
+                        models.Value(" "),
+                        models.F("family"),
+                        models.Value(" "),
+                        models.F("model_type"),
+                        models.Value(" "),
+                        django.db.models.functions.comparison.Cast(
+                            models.F("tags"), models.TextField()
+                        ),
+                        output_field=models.TextField(),
+                    )
+                ),
+                output_field=models.TextField(),
+            ),
         ),
     ]
