@@ -22,6 +22,7 @@ from checks.setups import (
     SetupError,
     setup_verdict,
 )
+from registry import derivatives
 from registry.models import (
     HubModel,
     ModelStatus,
@@ -178,6 +179,19 @@ def model_context(
     }
 
 
+def lineage_context(model: HubModel) -> dict[str, Any]:
+    """The model's bases (nearest first) and how its template relates to the nearest one's;
+    the tracked models derived from it, each with the same comparison against this one."""
+    chain = derivatives.bases(model)
+    children = derivatives.derivatives(model)
+    return {
+        "bases": chain,
+        "drift": derivatives.drift(model, chain[0]) if chain else None,
+        "untracked_base": model.base_model if model.base_model and not chain else "",
+        "derived": list(zip(children, derivatives.drifts(model, children), strict=True)),
+    }
+
+
 SETUP_CHOICES = {
     "client": [(p.name, p.label) for p in PROFILES],
     "engine": [(c, CACHE_CLASS_LABELS[c]) for c in CACHE_CLASSES],
@@ -236,6 +250,7 @@ def model_detail(
         response = render(request, f"dashboard/model.html#{target}", context)
     else:
         context["timeline"] = history.timeline(model)
+        context["lineage"] = lineage_context(model)
         context["named"] = history.named_templates(snapshot) if snapshot else []
         response = render(request, "dashboard/model.html", context)
     if context["polling"] or context["probe_polling"] or context["sync_since"]:

@@ -247,8 +247,8 @@ def test_model_page_with_a_probe_costs_the_same_queries(
 ) -> None:
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
     probed(catalog.changed)
-    # model, newest check, latest probe (report included), timeline, named templates
-    with django_assert_num_queries(5):
+    # model, newest check, latest probe (report included), timeline, named templates, derivatives
+    with django_assert_num_queries(6):
         response = client.get(f"/m/{catalog.changed.repo_id}/")
     assert "Cache lost" in probe_section(response.content.decode())
 

@@ -75,3 +75,16 @@ def test_a_broad_search_counts_up_to_the_cap(
     assert "10+ models matching" in body
     body = client.get("/", {"q": "zebra"}).content.decode()
     assert "2 models matching" in body
+
+
+def test_a_base_page_finds_its_derivatives_through_an_index() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("plans are PostgreSQL's")
+    many_models(6000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        rows = HubModel.objects.filter(base_model__iexact="Qwen/Qwen3-8B")
+        sql, params = rows.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "hubmodel_base_model_upper" in plan, plan

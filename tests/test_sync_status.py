@@ -310,8 +310,9 @@ def test_the_page_costs_no_more_queries_for_the_status(
     settings: Any,
 ) -> None:
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
-    # The model, its latest probe and its timeline: the status line reads the loaded row.
-    with django_assert_num_queries(3):
+    # The model, its latest probe, its timeline and its derivatives: the status line reads the
+    # loaded row.
+    with django_assert_num_queries(4):
         client.get("/m/org/new-model/")
 
 

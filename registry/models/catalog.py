@@ -7,7 +7,7 @@ import re
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q, Value
-from django.db.models.functions import Cast, Concat, Lower
+from django.db.models.functions import Cast, Concat, Lower, Upper
 from django.utils import timezone
 
 from checks.reports import VERDICT_LABELS
@@ -201,6 +201,10 @@ class HubModel(models.Model):
 
     class Meta:
         ordering = ["repo_id"]
+        indexes = [
+            # A base page lists the models whose card names it (`base_model__iexact`).
+            models.Index(Upper("base_model"), name="hubmodel_base_model_upper"),
+        ]
 
     def __str__(self) -> str:
         return self.repo_id

@@ -1,0 +1,113 @@
+"""Quantizations, conversions and fine-tunes, linked to their base through `base_model` (the model
+card's metadata, read by the sync), and whether they still carry the base's template.
+
+People serve `mlx-community/Qwen3-8B-4bit` or a GGUF, not `Qwen/Qwen3-8B`; a conversion copies
+the base's template at some commit and often keeps it after the base fixes it. `drift` says which
+of three it is: the base's current template, an older one of the base's (which, when, and the
+verdict then), or an edited one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .models import HubModel, TemplateChange
+
+#: How far up a chain of bases we follow (a fine-tune of a quantization of a base, …).
+MAX_DEPTH = 5
+#: How many derivatives a base page lists (the most downloaded first).
+MAX_LISTED = 50
+
+SAME, OLDER, EDITED, UNKNOWN = "same", "older", "edited", "unknown"
+
+
+def bases(model: HubModel) -> list[HubModel]:
+    """The tracked chain above `model`, nearest first; stops at an untracked base or a loop."""
+    chain: list[HubModel] = []
+    seen = {model.repo_id.lower()}
+    current = model
+    while current.base_model and len(chain) < MAX_DEPTH:
+        name = current.base_model.lower()
+        if name in seen:
+            break  # a card that names itself, or a loop through another repo's card
+        base = (
+            HubModel.objects.select_related("current_snapshot__default_template")
+            .filter(repo_id__iexact=current.base_model)
+            .first()
+        )
+        if base is None:
+            break
+        chain.append(base)
+        seen.add(name)
+        current = base
+    return chain
+
+
+def derivatives(model: HubModel) -> list[HubModel]:
+    """Tracked models whose card names `model` as their base, most downloaded first."""
+    return list(
+        HubModel.objects.select_related("current_snapshot__default_template")
+        .filter(base_model__iexact=model.repo_id)
+        .exclude(pk=model.pk)
+        .order_by("-downloads", "repo_id")[:MAX_LISTED]
+    )
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How a derivative's template relates to its base's."""
+
+    kind: str  # SAME, OLDER, EDITED or UNKNOWN
+    base: HubModel
+    #: For OLDER: the base's change that introduced the template the derivative still carries.
+    since: TemplateChange | None = None
+    #: For OLDER: when the base replaced it.
+    replaced_at: datetime | None = None
+
+    @property
+    def sentence(self) -> str:
+        name = self.base.repo_id
+        if self.kind == SAME:
+            return f"Its chat template is byte-identical to {name}'s current one."
+        if self.kind == OLDER and self.since is not None:
+            when = f" (until {self.replaced_at:%Y-%m-%d})" if self.replaced_at else ""
+            return (
+                f"Its chat template is an older one of {name}'s: the one from commit "
+                f"{self.since.commit_sha[:12]}{when}. {name} has changed it since."
+            )
+        if self.kind == EDITED:
+            return f"Its chat template differs from every version of {name}'s we know."
+        return f"We cannot compare its chat template with {name}'s yet."
+
+
+def drift(model: HubModel, base: HubModel) -> Drift:
+    """Compare `model`'s current default template with `base`'s current one and its history."""
+    return drifts(base, [model])[0]
+
+
+def drifts(base: HubModel, models: list[HubModel]) -> list[Drift]:
+    """`drift` of each of `models` against `base`, reading the base's history once."""
+    if not models:
+        return []
+    theirs = base.current_snapshot.default_template_id if base.current_snapshot else None
+    history = list(base.changes.order_by("committed_at", "id"))
+    found = []
+    for model in models:
+        mine = model.current_snapshot.default_template_id if model.current_snapshot else None
+        if mine is None or theirs is None:
+            found.append(Drift(UNKNOWN, base))
+        elif mine == theirs:
+            found.append(Drift(SAME, base))
+        else:
+            found.append(_older_or_edited(base, mine, history))
+    return found
+
+
+def _older_or_edited(base: HubModel, version_id: int, history: list[TemplateChange]) -> Drift:
+    # The latest time the base took this template: a template can come back after a revert.
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].new_version_id == version_id:
+            later = history[index + 1] if index + 1 < len(history) else None
+            return Drift(OLDER, base, history[index], later.committed_at if later else None)
+    return Drift(EDITED, base)
