@@ -96,3 +96,11 @@ def screenshots_at_widths(page: Any, name: str, widths: tuple[int, ...] = (1280,
         assert overflow <= 0, f"{name} scrolls sideways by {overflow}px at {width}px"
         screenshot(page, f"{name}-{width}")
     page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def htmx_idle(page: Any) -> None:
+    """Wait until htmx has swapped, settled and bound what it swapped in (about 20 ms after the
+    new markup shows): a control changed before that has no htmx handler yet."""
+    page.wait_for_function(
+        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+    )

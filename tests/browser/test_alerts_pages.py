@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from alerts import tokens
 from alerts.models import Channel, ChannelKind, Subscription
-from tests.browser.conftest import screenshot, screenshots_at_widths
+from tests.browser.conftest import htmx_idle, screenshot, screenshots_at_widths
 from tests.dashboard_data import add_model
 from tests.test_alerts_support import make_channel, make_model, make_user, own_cache
 
@@ -52,6 +52,7 @@ def test_from_a_model_page_through_sign_in_to_a_subscription(
     form.get_by_label("Send alerts by").select_option("slack")
     expect(form.get_by_label("Webhook URL")).to_be_visible()  # swapped in by htmx
     expect(form.get_by_label("Email address")).to_have_count(0)
+    htmx_idle(page)
     screenshots_at_widths(page, "alerts-first-channel")
     form.get_by_label("Webhook URL").fill("https://hooks.slack.com/services/T0/B0/secret")
     form.get_by_role("button", name="Add channel").click()
@@ -78,6 +79,7 @@ def test_from_a_model_page_through_sign_in_to_a_subscription(
     sub_form.get_by_label("Subscribe to").select_option("rule")
     expect(sub_form.get_by_label("Rule")).to_be_visible()
     expect(sub_form.get_by_text("Tell me when")).to_have_count(0)
+    htmx_idle(page)  # as a person would: the swapped-in select is bound ~20 ms after it shows
     sub_form.get_by_label("Subscribe to").select_option("author")
     expect(sub_form.get_by_label("Author or organisation")).to_be_visible()
     expect(sub_form.get_by_label("Model (owner/name)")).to_have_count(0)
