@@ -34,9 +34,9 @@ CHANNEL_KIND_FIELDS: dict[str, tuple[str, ...]] = {
     ChannelKind.SLACK: ("url",),
     ChannelKind.DISCORD: ("url",),
 }
-EVENT_FIELDS = ("on_template", "on_verdict", "on_probe", "on_status")
+EVENT_FIELDS = ("on_template", "on_verdict", "on_probe", "on_status", "on_base_fixed")
 TARGET_FIELDS: dict[str, tuple[str, ...]] = {
-    SubscriptionTarget.MODEL: ("repo_id", *EVENT_FIELDS),
+    SubscriptionTarget.MODEL: ("repo_id", "with_derivatives", *EVENT_FIELDS),
     SubscriptionTarget.AUTHOR: ("author", *EVENT_FIELDS),
     SubscriptionTarget.RULE: ("rule",),
 }
@@ -120,12 +120,23 @@ class SubscriptionForm(forms.Form):
     on_verdict = forms.BooleanField(label="Verdict changed", required=False, initial=True)
     on_probe = forms.BooleanField(label="Probe result changed", required=False, initial=True)
     on_status = forms.BooleanField(label="Repo gated or gone", required=False, initial=True)
+    on_base_fixed = forms.BooleanField(
+        label="A derivative still carries a template its base has fixed",
+        required=False,
+        initial=True,
+    )
+    with_derivatives = forms.BooleanField(
+        label="Include its derivatives",
+        required=False,
+        help_text="Quantizations, conversions and fine-tunes we track whose model card names "
+        "it as their base, at every level.",
+    )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
         self.chosen_target = _chosen(self, "target", TARGET_FIELDS, SubscriptionTarget.MODEL)
-        optional = {"repo_id", "author", "rule", *EVENT_FIELDS}
+        optional = {"repo_id", "author", "rule", "with_derivatives", *EVENT_FIELDS}
         _keep_only(self, TARGET_FIELDS[self.chosen_target], optional)
         _require(self, "repo_id", "Enter the model's repo id, as owner/name.")
         _require(self, "author", "Enter a Hub user or organisation name.")
@@ -142,7 +153,8 @@ class SubscriptionForm(forms.Form):
 
     @property
     def target_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in ("repo_id", "author", "rule") if name in self.fields]
+        names = ("repo_id", "with_derivatives", "author", "rule")
+        return [self[name] for name in names if name in self.fields]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -177,6 +189,9 @@ class SubscriptionForm(forms.Form):
             on_verdict=data.get("on_verdict", False) or target == SubscriptionTarget.RULE,
             on_probe=data.get("on_probe", False),
             on_status=data.get("on_status", False),
+            on_base_fixed=data.get("on_base_fixed", False) or target == SubscriptionTarget.RULE,
+            with_derivatives=bool(data.get("with_derivatives"))
+            and target == SubscriptionTarget.MODEL,
         )
 
 

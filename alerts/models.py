@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from registry.derivatives import bases
 from registry.models import EventKind, HubModel, ModelEvent, Verdict
 
 from .notifications import model_path as repo_page_path
@@ -154,6 +155,10 @@ class SubscriptionTarget(models.TextChoices):
 
 class Rule(models.TextChoices):
     TURNS_UNSAFE = "turns_unsafe", "Any tracked model that turns unsafe"
+    BASE_FIXED = (
+        "base_fixed",
+        "Any derivative that still carries a template its base has fixed",
+    )
 
 
 #: Which subscription flag asks for which event kind.
@@ -162,6 +167,12 @@ EVENT_FLAGS: dict[str, str] = {
     EventKind.VERDICT_CHANGED: "on_verdict",
     EventKind.PROBE_CHANGED: "on_probe",
     EventKind.STATUS_CHANGED: "on_status",
+    EventKind.BASE_FIXED: "on_base_fixed",
+}
+#: Which rule hears which events (a rule has no event flags of its own).
+RULE_EVENTS: dict[str, str] = {
+    Rule.TURNS_UNSAFE: EventKind.VERDICT_CHANGED,
+    Rule.BASE_FIXED: EventKind.BASE_FIXED,
 }
 
 
@@ -172,11 +183,17 @@ class SubscriptionQuerySet(models.QuerySet["Subscription"]):
         wants = Q(target=SubscriptionTarget.MODEL, model_id=model.pk) | Q(
             target=SubscriptionTarget.AUTHOR, author__iexact=model.author
         )
+        if model.base_model:
+            # A subscription to a base that includes its derivatives, at any tracked level.
+            chain = [base.pk for base in bases(model)]
+            wants |= Q(target=SubscriptionTarget.MODEL, with_derivatives=True, model_id__in=chain)
         flag = EVENT_FLAGS.get(event.kind)
         flagged = self.filter(wants, **{flag: True}) if flag else self.none()
         rules = self.none()
         if event.kind == EventKind.VERDICT_CHANGED and event.data.get("new") == Verdict.UNSAFE:
             rules = self.filter(target=SubscriptionTarget.RULE, rule=Rule.TURNS_UNSAFE)
+        elif event.kind == EventKind.BASE_FIXED:
+            rules = self.filter(target=SubscriptionTarget.RULE, rule=Rule.BASE_FIXED)
         return (flagged | rules).filter(channel__in=Channel.objects.deliverable())
 
 
@@ -197,6 +214,10 @@ class Subscription(models.Model):
     on_verdict = models.BooleanField("Verdict changed", default=True)
     on_probe = models.BooleanField("Probe result changed", default=True)
     on_status = models.BooleanField("Repo gated or gone", default=True)
+    on_base_fixed = models.BooleanField("Still carries a template its base has fixed", default=True)
+    #: A model subscription that also hears about the model's tracked derivatives
+    #: (quantizations, conversions, fine-tunes, at every level).
+    with_derivatives = models.BooleanField("Include its derivatives", default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = SubscriptionQuerySet.as_manager()
@@ -209,6 +230,8 @@ class Subscription(models.Model):
 
     def describe(self) -> str:
         if self.target == SubscriptionTarget.MODEL and self.model is not None:
+            if self.with_derivatives:
+                return f"{self.model.repo_id} and its derivatives"
             return self.model.repo_id
         if self.target == SubscriptionTarget.AUTHOR:
             return f"every model by {self.author}"
@@ -233,7 +256,7 @@ class Subscription(models.Model):
     @property
     def event_labels(self) -> list[str]:
         if self.target == SubscriptionTarget.RULE:
-            return [EventKind.VERDICT_CHANGED.label]
+            return [EventKind(RULE_EVENTS.get(self.rule, EventKind.VERDICT_CHANGED)).label]
         return [EventKind(kind).label for kind, flag in EVENT_FLAGS.items() if getattr(self, flag)]
 
 

@@ -23,9 +23,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO_ROOT.parent / "shared" / "corpus"
 
 
-def start_hub(repos: int) -> tuple[subprocess.Popen[str], str]:
+def start_hub(*options: str) -> tuple[subprocess.Popen[str], str]:
+    """The fake Hub in its own process (`options`: what it serves); its URL once it listens."""
     hub = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakehub", "--corpus", str(CORPUS_DIR), "--repos", str(repos)],
+        [sys.executable, "-m", "tests.fakehub", "--corpus", str(CORPUS_DIR), *options],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -36,6 +37,27 @@ def start_hub(repos: int) -> tuple[subprocess.Popen[str], str]:
         hub.kill()
         raise SystemExit(f"the fake Hub did not start: {line}")
     return hub, line[1]
+
+
+def isolate(name: str, url: str, **extra: str) -> Path:
+    """This process on embedded defaults in a fresh folder (a throwaway SQLite database),
+    reading the Hub at `url`, without its quota (the bucket is tested elsewhere)."""
+    work = Path(tempfile.mkdtemp(prefix=f"cachesafe-bench-{name}-"))
+    for variable in ("DATABASE_URL", "REDIS_URL", "HUGGING_FACE_HUB_TOKEN"):
+        os.environ.pop(variable, None)
+    os.environ.update(
+        CACHESAFE_VAR_DIR=str(work / "var"),
+        HF_HOME=str(work / "hf"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_ENDPOINT=url,
+        HF_TOKEN="",
+        HF_REQUESTS_PER_5MIN=str(10**9),
+        LOG_LEVEL="WARNING",
+        DJANGO_SETTINGS_MODULE="cachesafe.settings",
+        **extra,
+    )
+    sys.path.insert(0, str(REPO_ROOT))
+    return work
 
 
 def hub_stats(url: str) -> dict[str, object]:
@@ -65,22 +87,8 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="cachesafe-bench-sync-"))
-    hub, url = start_hub(args.repos)
-    for name in ("DATABASE_URL", "REDIS_URL", "HUGGING_FACE_HUB_TOKEN"):
-        os.environ.pop(name, None)
-    os.environ.update(
-        CACHESAFE_VAR_DIR=str(work / "var"),
-        HF_HOME=str(work / "hf"),
-        HF_HUB_DISABLE_TELEMETRY="1",
-        HF_ENDPOINT=url,
-        HF_TOKEN="",
-        # Measure the sync's own cost, not the Hub's quota (the bucket is tested elsewhere).
-        HF_REQUESTS_PER_5MIN=str(10**9),
-        LOG_LEVEL="WARNING",
-        DJANGO_SETTINGS_MODULE="cachesafe.settings",
-    )
-    sys.path.insert(0, str(REPO_ROOT))
+    hub, url = start_hub("--repos", str(args.repos))
+    isolate("sync", url)
     try:
         import django
 

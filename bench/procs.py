@@ -3,6 +3,7 @@ holds after a benchmark, not what Python's allocator traced."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -36,3 +37,8 @@ def children_rss(pid: int) -> str:
         f"{len(sizes)} processes, RSS {sizes[0]:.1f} / {median:.1f} / {sizes[-1]:.1f} MiB "
         "(min / median / max)"
     )
+
+
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages, as benches print them."""
+    return ", ".join(f"{value:.1f}" for value in os.getloadavg())

@@ -43,7 +43,7 @@ from registry.models import (
     validate_repo_id,
 )
 
-from .catalog import HYBRID_CHOICES, SORTS, THINKING_CHOICES
+from .catalog import DRIFT_CHOICES, FORMAT_CHOICES, HYBRID_CHOICES, SORTS, THINKING_CHOICES
 
 #: A NUL character never reaches a query: PostgreSQL refuses it in text (psycopg.DataError).
 #: Paths and bodies with one are refused (400); query text loses it (DropNul).
@@ -222,6 +222,14 @@ class CatalogFilters(BaseModel):
     hybrid: Annotated[str, OneOf(HYBRID_CHOICES)] | None = Field(
         None, description="yes: hybrid (recurrent) models only; no: attention only"
     )
+    format: Annotated[str, OneOf(FORMAT_CHOICES)] | None = Field(
+        None, description="What the repo holds: safetensors, mlx or gguf"
+    )
+    drift: Annotated[str, OneOf(DRIFT_CHOICES)] | None = Field(
+        None,
+        description="A derivative's template against its tracked base's: differs (older or "
+        "edited), older, edited, same",
+    )
     tools: Annotated[str, _choices(Tools)] | None = Field(None, description="Tool calling")
     probe: Annotated[str, _choices(ProbeStatus)] | None = Field(
         None, description="none (never probed) or the latest probe's verdict"
@@ -348,6 +356,11 @@ class ModelRow(Strict):
         "pair of the conversations replayed, with the template's defaults (sort=reuse)",
     )
     is_hybrid: bool
+    format: str = Field(description="safetensors, mlx, gguf, or empty when unknown")
+    base_model: str = Field(description="The base its model card names (may be untracked)")
+    drift: str = Field(
+        description="same, older, edited or unknown against the tracked base; empty without one"
+    )
     downloads: int
     last_template_change_at: DateTime | None
     url: Url

@@ -16,7 +16,16 @@ from django.http import QueryDict
 from checks.clients import PROFILES
 from checks.reuse import CACHE_CLASS_LABELS
 from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS
-from registry.models import HubModel, ProbeStatus, TemplateVersion, Thinking, Tools, Verdict
+from registry.models import (
+    Drift,
+    HubModel,
+    ModelFormat,
+    ProbeStatus,
+    TemplateVersion,
+    Thinking,
+    Tools,
+    Verdict,
+)
 
 PAGE_SIZE = 50
 
@@ -46,6 +55,14 @@ SETUP_THINKING = (THINKING_DEFAULT, THINKING_OFF, THINKING_ON)
 CLIENT_CHOICES = {p.name: p.label for p in PROFILES}
 ENGINE_CHOICES = dict(CACHE_CLASS_LABELS)
 HYBRID_CHOICES = {"yes": "Hybrid (recurrent) only", "no": "Attention only"}
+FORMAT_CHOICES = dict(ModelFormat.choices)
+#: How a derivative's template relates to its tracked base's (HubModel.drift).
+DRIFT_CHOICES = {
+    "differs": "Template differs from base",
+    Drift.OLDER: "An older template of the base's",
+    Drift.EDITED: "Edited template",
+    Drift.SAME: "Same template as the base",
+}
 # The catalog needs only these columns; the rest of HubModel stays in the database.
 LIST_FIELDS = (
     "repo_id",
@@ -56,6 +73,9 @@ LIST_FIELDS = (
     "verdict_summary",
     "is_hybrid",
     "is_demo",
+    "format",
+    "drift",
+    "base_model",
     "status",
     "last_template_change_at",
     "last_synced_at",
@@ -75,6 +95,21 @@ def _choice(value: str | None, allowed: object) -> str:
     return value if value and value in allowed else ""  # type: ignore[operator]
 
 
+#: The choice filters (an unknown value is ignored, and said so).
+FILTERS = (
+    "verdict",
+    "thinking",
+    "client",
+    "engine",
+    "hybrid",
+    "format",
+    "drift",
+    "tools",
+    "probe",
+    "sort",
+)
+
+
 @dataclass(frozen=True)
 class CatalogQuery:
     q: str = ""
@@ -83,6 +118,8 @@ class CatalogQuery:
     client: str = ""
     engine: str = ""
     hybrid: str = ""
+    format: str = ""
+    drift: str = ""
     tools: str = ""
     probe: str = ""
     author: str = ""
@@ -95,7 +132,7 @@ class CatalogQuery:
         ignored, so a mistyped or outdated link does not silently show everything)."""
         query = cls.from_params(params)
         dropped = []
-        for name in ("verdict", "thinking", "client", "engine", "hybrid", "tools", "probe", "sort"):
+        for name in FILTERS:
             given = (params.get(name) or "").strip()
             if given and given != getattr(query, name):
                 dropped.append(f"{name}={given[:40]}")
@@ -110,6 +147,8 @@ class CatalogQuery:
             client=_choice(params.get("client"), CLIENT_CHOICES),
             engine=_choice(params.get("engine"), ENGINE_CHOICES),
             hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
+            format=_choice(params.get("format"), FORMAT_CHOICES),
+            drift=_choice(params.get("drift"), DRIFT_CHOICES),
             tools=_choice(params.get("tools"), Tools.values),
             probe=_choice(params.get("probe"), ProbeStatus.values),
             author=params.get("author", "").strip()[:100],
@@ -144,6 +183,12 @@ class CatalogQuery:
             models = models.filter(catalog_verdict__thinking=self.thinking)
         if self.hybrid:
             models = models.filter(is_hybrid=self.hybrid == "yes")
+        if self.format:
+            models = models.filter(format=self.format)
+        if self.drift == "differs":
+            models = models.filter(drift__in=(Drift.OLDER, Drift.EDITED))
+        elif self.drift:
+            models = models.filter(drift=self.drift)
         if self.tools:
             models = models.filter(catalog_verdict__tools=self.tools)
         if self.probe:

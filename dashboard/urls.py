@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path, register_converter
 
-from . import api, api_errors, feeds, staff, views
+from . import api, api_errors, discovery, feeds, staff, views
 
 
 class RepoPartConverter:
@@ -53,6 +53,8 @@ urlpatterns = [
     path("m/<repo:org>/<repo:name>/recheck", staff.recheck, name="model_recheck"),
     path("m/<repo:org>/<repo:name>/probe", staff.probe, name="model_probe"),
     path("probes/", views.probe_queue, name="probes"),
+    path("discovery/", discovery.discovery_panel, name="discovery"),
+    path("discovery/run", discovery.start_discovery, name="discover"),
     path("diagnose/", views.diagnose_page, name="diagnose"),
     path("t/<sha:sha256>/", views.template_detail, name="template"),
     path(

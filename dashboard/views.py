@@ -39,7 +39,9 @@ from workers.models import WorkerHeartbeat
 from . import badges, diagnosis, history, status
 from .catalog import (
     CLIENT_CHOICES,
+    DRIFT_CHOICES,
     ENGINE_CHOICES,
+    FORMAT_CHOICES,
     HYBRID_CHOICES,
     PAGE_SIZE,
     SORT_LABELS,
@@ -48,6 +50,7 @@ from .catalog import (
     CatalogQuery,
     models_using,
 )
+from .discovery import discovery_context
 from .htmx import HtmxHttpRequest
 from .page_cache import cached_page
 from .pairs import PairUnavailable, pair_diff
@@ -73,10 +76,17 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
         "tools_choices": Tools.choices,
         "probe_choices": ProbeStatus.choices,
         "hybrid_choices": HYBRID_CHOICES.items(),
+        "format_choices": FORMAT_CHOICES.items(),
+        "drift_choices": DRIFT_CHOICES.items(),
         "sorts": SORT_LABELS.items(),
     }
-    template = "dashboard/catalog.html#results" if request.htmx else "dashboard/catalog.html"
-    return render(request, template, context)
+    if request.htmx:
+        return render(request, "dashboard/catalog.html#results", context)
+    context["show_discovery"] = not query.active and page.number == 1
+    if context["show_discovery"]:
+        # The landing page only: the demo notice and discovery's progress (three queries).
+        context |= discovery_context()
+    return render(request, "dashboard/catalog.html", context)
 
 
 def _model_or_404(request: HttpRequest, org: str, name: str) -> HubModel:
@@ -192,6 +202,29 @@ def lineage_context(model: HubModel) -> dict[str, Any]:
     }
 
 
+def gguf_context(model: HubModel, snapshot: TemplateSnapshot | None) -> list[dict[str, Any]]:
+    """A GGUF repo's files as the page lists them: each one's embedded template, marked when it
+    is not the template the verdict is about."""
+    current = snapshot.default_template.sha256 if snapshot is not None else ""
+    rows = []
+    for entry in model.gguf_files if isinstance(model.gguf_files, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        template = str(entry.get("template") or "")
+        rows.append(
+            {
+                "path": str(entry.get("path") or ""),
+                "status": str(entry.get("status") or ""),
+                "template": template,
+                "differs": bool(template and current and template != current),
+                "reason": str(entry.get("reason") or ""),
+                "bytes": int(entry.get("bytes") or 0),
+                "size": entry.get("size"),
+            }
+        )
+    return rows
+
+
 SETUP_CHOICES = {
     "client": [(p.name, p.label) for p in PROFILES],
     "engine": [(c, CACHE_CLASS_LABELS[c]) for c in CACHE_CLASSES],
@@ -251,6 +284,7 @@ def model_detail(
     else:
         context["timeline"] = history.timeline(model)
         context["lineage"] = lineage_context(model)
+        context["gguf_files"] = gguf_context(model, snapshot)
         context["named"] = history.named_templates(snapshot) if snapshot else []
         response = render(request, "dashboard/model.html", context)
     if context["polling"] or context["probe_polling"] or context["sync_since"]:

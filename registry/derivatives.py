@@ -9,10 +9,15 @@ verdict then), or an edited one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .models import HubModel, TemplateChange
+from django.db.models.functions import Upper
+
+from .models import Drift as DriftKind
+from .models import EventKind, HubModel, ModelEvent, TemplateChange, Verdict
+from .signals import events_recorded
 
 #: How far up a chain of bases we follow (a fine-tune of a quantization of a base, …).
 MAX_DEPTH = 5
@@ -111,3 +116,91 @@ def _older_or_edited(base: HubModel, version_id: int, history: list[TemplateChan
             later = history[index + 1] if index + 1 < len(history) else None
             return Drift(OLDER, base, history[index], later.committed_at if later else None)
     return Drift(EDITED, base)
+
+
+def refresh_drift(model: HubModel) -> list[int]:
+    """Store the drift of `model` against its nearest tracked base, and of every tracked
+    derivative of `model` against it (the catalog filters on it); the ids whose drift changed.
+
+    Called when `model`'s templates were recorded: either side of a pair changing is covered,
+    since a derivative's sync refreshes itself and a base's sync refreshes its derivatives."""
+    changed: list[int] = []
+    chain = bases(model)
+    mine = drift(model, chain[0]).kind if chain else ""
+    if mine != model.drift:
+        HubModel.objects.filter(pk=model.pk).update(drift=mine)
+        model.drift = mine
+        changed.append(model.pk)
+    below = list(
+        HubModel.objects.select_related("current_snapshot")
+        .filter(base_model__iexact=model.repo_id)
+        .exclude(pk=model.pk)
+        .only("pk", "drift", "current_snapshot__default_template_id")
+    )
+    by_kind: dict[str, list[int]] = {}
+    for derivative, found in zip(below, drifts(model, below), strict=True):
+        if derivative.drift != found.kind:
+            by_kind.setdefault(found.kind, []).append(derivative.pk)
+    for kind, ids in by_kind.items():
+        HubModel.objects.filter(pk__in=ids).update(drift=kind)
+        changed += ids
+    return changed
+
+
+#: A derivative's verdicts that a base's cache-safe template would fix.
+NOT_SAFE = (Verdict.UNSAFE,)
+
+
+def record_stale_fixes(model_ids: Iterable[int]) -> int:
+    """Events for derivatives that still carry an older template of their base's while the base
+    has made its template cache-safe: among `model_ids` and the derivatives of those of them
+    that are cache-safe. Once per pair of templates (the event key); returns how many are new.
+
+    Called where verdicts and drift change (registry.verdicts, the sync's record)."""
+    ids = list(model_ids)
+    if not ids:
+        return 0
+    safe_bases = list(
+        HubModel.objects.filter(pk__in=ids, verdict=Verdict.SAFE).values_list("repo_id", flat=True)
+    )
+    candidates = HubModel.objects.select_related("current_snapshot__default_template").filter(
+        drift=DriftKind.OLDER, verdict__in=NOT_SAFE
+    )
+    stale = candidates.filter(pk__in=ids)
+    if safe_bases:
+        below = candidates.annotate(base_upper=Upper("base_model")).filter(
+            base_upper__in=[r.upper() for r in safe_bases]
+        )
+        stale = stale | below
+    recorded = 0
+    for model in stale.distinct():
+        chain = bases(model)
+        if not chain or chain[0].verdict != Verdict.SAFE or model.current_snapshot is None:
+            continue
+        base = chain[0]
+        found = drift(model, base)
+        if found.kind != OLDER or base.current_snapshot is None:
+            continue
+        mine = model.current_snapshot.default_template.sha256
+        theirs = base.current_snapshot.default_template.sha256
+        since = f" from commit {found.since.commit_sha[:12]}" if found.since else ""
+        _, created = ModelEvent.objects.get_or_create(
+            key=f"base_fixed:{model.pk}:{mine[:16]}:{theirs[:16]}",
+            defaults={
+                "model_id": model.pk,
+                "kind": EventKind.BASE_FIXED,
+                "summary": f"{model.repo_id} still carries {base.repo_id}'s template{since}; "
+                f"{base.repo_id}'s current template is cache-safe",
+                "data": {
+                    "base": base.repo_id,
+                    "template": mine,
+                    "base_template": theirs,
+                    "verdict": model.verdict,
+                    "base_verdict": base.verdict,
+                },
+            },
+        )
+        recorded += created
+    if recorded:
+        events_recorded.send(sender=ModelEvent)
+    return recorded

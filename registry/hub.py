@@ -167,6 +167,7 @@ class HubClient:
         self.timeout = timeout or float(settings.HF_TIMEOUT_SECONDS)
         self.max_wait = max_wait
         self.requests = 0
+        self.bytes_read = 0
 
     # --- the choke point ---------------------------------------------------------------------
 
@@ -347,17 +348,63 @@ class HubClient:
 
         return self._call(f"{repo_id}@{revision[:8]} {path}", request)
 
+    def read_range(self, repo_id: str, revision: str, path: str, start: int, size: int) -> bytes:
+        """`size` bytes of a file from `start` (fewer at its end), by an HTTP range request.
+
+        A server that ignores the range and answers the whole file is read only as far as
+        needed, never further."""
+        url = hf_hub_url(repo_id, path, revision=revision, endpoint=self.endpoint)
+        end = start + size
+
+        def request() -> bytes:
+            headers = build_hf_headers(token=self._auth)
+            headers["Range"] = f"bytes={start}-{end - 1}"
+            with get_session().stream("GET", url, headers=headers, timeout=self.timeout) as resp:
+                if resp.status_code == 416:
+                    return b""  # the range starts past the end of the file
+                if resp.status_code >= 400:
+                    resp.read()
+                    hf_raise_for_status(resp)
+                skip = 0 if resp.status_code == 206 else start
+                chunks, got = [], 0
+                for chunk in resp.iter_bytes():
+                    chunks.append(chunk)
+                    got += len(chunk)
+                    if got >= skip + size:
+                        break
+                self.bytes_read += got
+                return b"".join(chunks)[skip : skip + size]
+
+        return self._call(f"{repo_id}@{revision[:8]} {path} bytes {start}-{end - 1}", request)
+
+    def gguf_summary(self, repo_id: str) -> dict[str, Any]:
+        """What the Hub parsed from the repo's main GGUF file (`expand=["gguf"]`): its chat
+        template, bos and eos tokens, architecture. Empty when the Hub has none."""
+        info = self._call(
+            f"{repo_id} gguf",
+            lambda: self.api.model_info(
+                repo_id, expand=["gguf"], timeout=self.timeout, token=self._auth
+            ),
+            about_repo=True,
+        )
+        return info.gguf if isinstance(info.gguf, dict) else {}
+
     def iter_models(
         self,
         *,
         author: str | None = None,
         search: str | None = None,
         pipeline_tag: str | None = None,
+        tags: str | None = None,
         sort: str = "downloads",
         limit: int = 100,
     ) -> Iterator[str]:
-        """Repo ids of a Hub query (what `HfApi.list_models` asks), at most `limit`."""
+        """Repo ids of a Hub query (what `HfApi.list_models` asks), at most `limit`; `tags`
+        (comma-separated) are ANDed, as `filter=` is on the Hub; `sort` is the Hub's field
+        (downloads, likes, trendingScore, lastModified), largest first."""
         params: dict[str, Any] = {"limit": limit}
+        if tags:
+            params["filter"] = [t.strip() for t in tags.split(",") if t.strip()]
         if author:
             params["author"] = author
         if search:

@@ -11,7 +11,13 @@ from django.utils import timezone
 from . import tasks
 from .jobs import enqueue_on_commit
 from .models import EventKind, HubModel, ModelEvent
-from .signals import check_requested, status_changed, sync_requested, template_changed
+from .signals import (
+    check_requested,
+    discovery_requested,
+    status_changed,
+    sync_requested,
+    template_changed,
+)
 
 
 @receiver(template_changed, dispatch_uid="registry.template_changed")
@@ -24,6 +30,11 @@ def _check_changed_template(sender: Any, change_id: int, **kwargs: Any) -> None:
 @receiver(sync_requested, dispatch_uid="registry.sync_requested")
 def _sync(sender: Any, model_pk: int, force: bool = False, **kwargs: Any) -> None:
     enqueue_on_commit(tasks.sync_repo, model_pk, force=force)
+
+
+@receiver(discovery_requested, dispatch_uid="registry.discovery_requested")
+def _discover(sender: Any, run_id: int, **kwargs: Any) -> None:
+    enqueue_on_commit(tasks.discover_hub, run_id)
 
 
 @receiver(check_requested, dispatch_uid="registry.check_requested")

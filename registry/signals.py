@@ -10,6 +10,7 @@ expires caches does so after commit (`registry.jobs.enqueue_on_commit`, `transac
 - `sync_requested(sender=HubModel, model_pk)`: a model was tracked and needs its first sync.
 - `check_requested(sender=CheckRun, run_id)`: a check run is pending and needs the engine.
 - `events_recorded(sender=ModelEvent)`: events were bulk-created (no post_save was sent).
+- `discovery_requested(sender=DiscoveryRun, run_id)`: a discovery run was asked for (button).
 - `catalog_changed(sender=HubModel, model_ids)`: rows listing pages show changed without a
   post_save (bulk updates); `model_ids` None means any model.
 """
@@ -24,3 +25,4 @@ sync_requested = Signal()
 check_requested = Signal()
 events_recorded = Signal()
 catalog_changed = Signal()
+discovery_requested = Signal()

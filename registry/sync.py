@@ -18,9 +18,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from .derivatives import record_stale_fixes, refresh_drift
+from .gguf_files import gguf_facts, gguf_paths, read_embedded
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
     HubModel,
+    ModelFormat,
     ModelStatus,
     NamedTemplate,
     TemplateChange,
@@ -83,6 +86,11 @@ class Observation:
     facts: ArchitectureFacts | None = None
     info: RepoInfo | None = None
     via_local: bool = False
+    #: A GGUF repo: each file's entry (HubModel.gguf_files), the templates they embed by
+    #: SHA-256, and model fields from the GGUF architecture.
+    gguf_files: list[dict[str, Any]] | None = None
+    gguf_texts: dict[str, str] = field(default_factory=dict)
+    gguf_facts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,8 +121,22 @@ class _Walk:
     states: list[CommitTemplates] = field(default_factory=list)
 
 
+def model_format(info: RepoInfo) -> str:
+    """GGUF when the repo holds GGUF files, MLX when it says it is for mlx, else safetensors
+    when it holds safetensors weights; empty otherwise."""
+    names = [p.rsplit("/", 1)[-1].lower() for p in info.files]
+    if info.gguf or any(n.endswith(".gguf") for n in names):
+        return ModelFormat.GGUF
+    if info.library_name.lower() == "mlx" or "mlx" in info.tags:
+        return ModelFormat.MLX
+    if info.library_name == "transformers" or any(n.endswith(".safetensors") for n in names):
+        return ModelFormat.SAFETENSORS
+    return ""
+
+
 def metadata_fields(info: RepoInfo) -> dict[str, Any]:
     return {
+        "format": model_format(info),
         "author": info.author,
         "downloads": info.downloads,
         "likes": info.likes,
@@ -199,6 +221,8 @@ class RegistrySync:
     # --- observing -------------------------------------------------------------------------
 
     def observe(self, model: HubModel, info: RepoInfo, *, incremental: bool) -> Observation:
+        if gguf_paths(info.files):
+            return self._observe_gguf(model, info)
         repo_id = info.repo_id if info.repo_id == model.repo_id else model.repo_id
         known = model.template_files.get("commit") if incremental else None
         window: list[CommitInfo] = []  # newest first
@@ -238,6 +262,33 @@ class RegistrySync:
             broken_reason=broken,
             facts=facts,
             info=info,
+        )
+
+    def _observe_gguf(self, model: HubModel, info: RepoInfo) -> Observation:
+        """A GGUF repo: the templates its files embed at the head (what llama.cpp uses), not
+        the history of its tokenizer files; a later sync records the changes it sees."""
+        previous = model.gguf_files if isinstance(model.gguf_files, list) else []
+        if info.repo_id != model.repo_id:
+            info = replace(info, repo_id=model.repo_id)
+        embedded = read_embedded(self.client, info, previous)
+        has_current = model.current_snapshot_id is not None
+        states = []
+        if not (embedded.unchanged and has_current):
+            commit = CommitInfo(info.sha, info.last_modified, "")
+            states.append(CommitTemplates(commit, embedded.found))
+        paths = {e["path"]: e["id"] for e in embedded.files}
+        return Observation(
+            head_sha=info.sha,
+            head_date=info.last_modified,
+            states=[] if embedded.broken else states,
+            files_signature={"commit": info.sha, "paths": paths},
+            incremental=has_current,
+            history_complete=None,
+            broken_reason=embedded.broken,
+            info=info,
+            gguf_files=embedded.files,
+            gguf_texts=embedded.texts,
+            gguf_facts=gguf_facts(embedded.architecture) if embedded.architecture else {},
         )
 
     def _observe_commit(
@@ -419,6 +470,13 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
             values |= facts_fields(observation.facts)
             if not model.family and observation.facts.model_type:
                 values["family"] = observation.facts.model_type
+        if observation.gguf_files is not None:
+            values["gguf_files"] = observation.gguf_files
+            values |= observation.gguf_facts
+            for text in observation.gguf_texts.values():
+                _version(text, versions)
+            if not model.family and observation.gguf_facts.get("model_type"):
+                values["family"] = observation.gguf_facts["model_type"]
         if observation.broken_reason:
             values |= {"status": ModelStatus.BROKEN, "status_reason": observation.broken_reason}
         elif identity is None:
@@ -434,8 +492,11 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
             record_unreadable(model.pk, observation.broken_reason)
         for change in created:
             transaction.on_commit(partial(_announce, change.pk))
-        # Snapshots and named templates are bulk-created (no post_save): say so to the pages.
-        catalog_changed.send(sender=HubModel, model_ids=[model.pk])
+        # Snapshots and named templates are bulk-created, drift updated in bulk (no post_save):
+        # say so to the pages.
+        drifted = refresh_drift(model)
+        catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
+        record_stale_fixes([model.pk, *drifted])
     return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
 
 

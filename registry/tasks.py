@@ -18,10 +18,10 @@ from django.utils import timezone
 
 from checks import SandboxPool, TemplateSource, check_template
 
-from . import jobs, pipeline
+from . import discovery, jobs, pipeline
 from .hub import HubUnavailable
 from .jobs import single_running
-from .models import CheckRun, CheckStatus, HubModel, ProbeRun, ProbeState
+from .models import CheckRun, CheckStatus, DiscoveryRun, HubModel, ProbeRun, ProbeState
 from .probes import store_report
 from .sync import RegistrySync, sync_stalest
 from .tokenizer_files import TokenizerUnavailable, tokenizer_text
@@ -194,6 +194,22 @@ def refresh_watches(limit: int = 50) -> int:
         "hub.refresh_watches",
         lambda: sum(len(new) for new in refresh_all_watches(limit).values()),
     )
+
+
+@shared_task(name="hub.discover", **BATCH_OPTIONS)
+def discover_hub(run_id: int | None = None) -> int:
+    """A discovery run: the one a staff member asked for (`run_id`), else a scheduled one when
+    it is due (DISCOVERY_EVERY_HOURS). The new repos' first syncs are queued."""
+
+    def job() -> int:
+        run = DiscoveryRun.objects.filter(pk=run_id).first() if run_id is not None else None
+        if run is None:
+            if run_id is not None or not discovery.due():
+                return 0
+            run = DiscoveryRun.objects.create(trigger="schedule")
+        return discovery.discover(trigger=run.trigger, run=run).new
+
+    return _single_running("hub.discover", job)
 
 
 @shared_task(name="workers.probe_started", acks_late=True)

@@ -25,6 +25,7 @@ from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import TemplateReport
 from checks.sources import TemplateSource
 
+from .derivatives import record_stale_fixes
 from .models import (
     CatalogVerdict,
     CheckRun,
@@ -218,6 +219,9 @@ def refresh_verdicts(
     ModelEvent.objects.bulk_create(events, ignore_conflicts=True, batch_size=1000)
     if events:
         events_recorded.send(sender=ModelEvent)
+    # A base that turned cache-safe, or a derivative whose verdict says it is not: who still
+    # carries a template its base has fixed.
+    record_stale_fixes(pk for ids in groups.values() for pk in ids)
     if groups or rows_to_write:
         catalog_changed.send(
             sender=HubModel, model_ids=sorted(pk for ids in catalog.values() for pk in ids)

@@ -10,8 +10,16 @@ from .models import HubModel, Watch, validate_repo_id
 from .tracking import track
 
 
-def refresh_watch(watch: Watch, client: HubClient) -> list[str]:
+def refresh_watch(watch: Watch, client: HubClient, via: str = "watch") -> list[str]:
     """Track the repos of `watch` not tracked yet; return their ids (first sync is queued)."""
+    return watch_results(watch, client, via=via)[1]
+
+
+def watch_results(
+    watch: Watch, client: HubClient, *, via: str = "watch", queue_syncs: bool = True
+) -> tuple[list[str], list[str]]:
+    """The repos `watch` lists now, and those of them tracked just now (their first sync
+    queued unless `queue_syncs` is off: the caller syncs them itself)."""
     query = watch.query()
     try:
         found = list(
@@ -19,6 +27,7 @@ def refresh_watch(watch: Watch, client: HubClient) -> list[str]:
                 author=str(query["author"] or "") or None,
                 search=str(query["search"] or "") or None,
                 pipeline_tag=str(query["pipeline_tag"] or "") or None,
+                tags=str(query["tags"] or "") or None,
                 sort=str(query["sort"]),
                 limit=int(query["limit"] or 100),
             )
@@ -35,9 +44,12 @@ def refresh_watch(watch: Watch, client: HubClient) -> list[str]:
     known = set(HubModel.objects.filter(repo_id__in=valid).values_list("repo_id", flat=True))
     new = [r for r in valid if r not in known]
     for repo_id in new:
-        track(repo_id, via="watch")
+        if queue_syncs:
+            track(repo_id, via=via)
+        else:
+            HubModel.objects.track(repo_id, via=via)
     Watch.objects.filter(pk=watch.pk).update(last_run_at=timezone.now(), last_error="")
-    return new
+    return valid, new
 
 
 def refresh_watches(limit: int, client: HubClient | None = None) -> dict[str, list[str]]:

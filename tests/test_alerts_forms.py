@@ -77,10 +77,10 @@ def test_a_missing_field_is_said_next_to_it(client: Client) -> None:
 @pytest.mark.parametrize(
     ("target", "shown"),
     [
-        ("model", {"target", "repo_id", "channel", "on_template", "on_verdict", "on_probe",
-                   "on_status"}),
+        ("model", {"target", "repo_id", "with_derivatives", "channel", "on_template",
+                   "on_verdict", "on_probe", "on_status", "on_base_fixed"}),
         ("author", {"target", "author", "channel", "on_template", "on_verdict", "on_probe",
-                    "on_status"}),
+                    "on_status", "on_base_fixed"}),
         ("rule", {"target", "rule", "channel"}),
     ],
 )  # fmt: skip

@@ -6,11 +6,12 @@ import re
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from registry.demo import DEMO_MODELS, seed_demo_catalog
-from registry.models import CatalogVerdict, HubModel, ModelStatus
+from registry.models import CatalogVerdict, DiscoveryRun, HubModel, ModelStatus
 from registry.verdicts import latest_check
 from tests.dashboard_data import (
     HOSTILE_REPO,
@@ -234,6 +235,14 @@ def test_the_catalog_costs_two_queries_however_many_models(
         response = client.get("/", {"verdict": "pending", "hybrid": "no"})
     assert response.status_code == 200
     assert len(rows(response.content.decode())) == 50
+    # The landing page adds the discovery panel's, however many models: the latest run, how
+    # far its new repos got (one aggregate), whether any model is real (not demo).
+    DiscoveryRun.objects.create(
+        trigger="command", new=2, new_repo_ids=["bulk/m001", "a/b"], finished_at=timezone.now()
+    )
+    with django_assert_num_queries(5):
+        response = client.get("/")
+    assert "1 of 2 read so far" in response.content.decode()
 
 
 def test_post_is_refused(client: Client) -> None:

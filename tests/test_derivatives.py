@@ -7,11 +7,30 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from registry.derivatives import EDITED, OLDER, SAME, UNKNOWN, bases, derivatives, drift
-from registry.models import HubModel, TemplateChange, TemplateVersion
+from alerts.models import Channel, ChannelKind, Rule, Subscription, SubscriptionTarget
+from registry.derivatives import (
+    EDITED,
+    OLDER,
+    SAME,
+    UNKNOWN,
+    bases,
+    derivatives,
+    drift,
+    record_stale_fixes,
+    refresh_drift,
+)
+from registry.models import (
+    EventKind,
+    HubModel,
+    ModelEvent,
+    TemplateChange,
+    TemplateVersion,
+    Verdict,
+)
 from tests.dashboard_data import add_model
 from tests.dashboard_data import healthy_service as healthy_service  # a fixture
 
@@ -91,3 +110,92 @@ def test_both_model_pages_show_the_link(client: Client, family: dict[str, HubMod
     assert "/track/?repo_id=nobody/not-tracked" in missing
     plain = client.get("/m/x/loop-a/").content.decode()
     assert "Derived from" in plain
+
+
+# --- stored drift, the catalog filters, and the alerts that follow derivatives -----------------
+
+
+def test_drift_is_stored_for_the_catalog_filters(
+    family: dict[str, HubModel], client: Client
+) -> None:
+    refresh_drift(family["base"])  # the base's sync fills in its derivatives
+    refresh_drift(family["finetune"])  # a derivative's sync fills in itself
+    stored = dict(HubModel.objects.values_list("repo_id", "drift"))
+    assert stored["mlx-community/stale"] == "older"
+    assert stored["mlx-community/same"] == "same"
+    assert stored["mlx-community/edited"] == "edited"
+    assert stored["mlx-community/finetune"] == "same"  # same as the stale copy it came from
+    assert stored[BASE] == "" and stored["mlx-community/missing"] == ""
+    HubModel.objects.filter(repo_id="mlx-community/stale").update(format="mlx")
+
+    def listed(**params: str) -> set[str]:
+        body = client.get("/", params).content.decode()
+        return {r for r in stored if f'class="repo" href="/m/{r}/"' in body}
+
+    assert listed(drift="differs") == {"mlx-community/stale", "mlx-community/edited"}
+    assert listed(drift="older") == {"mlx-community/stale"}
+    assert listed(format="mlx") == {"mlx-community/stale"}
+    assert listed(format="mlx", drift="same") == set()
+    api = client.get("/api/models", {"drift": "differs"}).json()
+    assert {row["repo_id"] for row in api["results"]} == {
+        "mlx-community/stale",
+        "mlx-community/edited",
+    }
+    assert client.get("/api/models", {"drift": "sideways"}).status_code == 400
+
+
+def _stale_and_fixed(family: dict[str, HubModel]) -> HubModel:
+    refresh_drift(family["base"])
+    refresh_drift(family["finetune"])
+    HubModel.objects.filter(pk=family["base"].pk).update(verdict=Verdict.SAFE)
+    HubModel.objects.filter(pk=family["stale"].pk).update(verdict=Verdict.UNSAFE)
+    return HubModel.objects.get(pk=family["stale"].pk)
+
+
+def test_a_derivative_that_still_carries_a_fixed_template_is_an_event_once(
+    family: dict[str, HubModel],
+) -> None:
+    stale = _stale_and_fixed(family)
+    assert record_stale_fixes([family["base"].pk]) == 1
+    event = ModelEvent.objects.get(kind=EventKind.BASE_FIXED)
+    assert event.model_id == stale.pk
+    assert event.summary.startswith(f"{stale.repo_id} still carries {BASE}'s template from commit")
+    assert event.data["base_verdict"] == "safe" and event.data["verdict"] == "unsafe"
+    # Asked again (a re-sync, another verdict refresh): nothing new.
+    assert record_stale_fixes([family["base"].pk, stale.pk]) == 0
+    # An edited copy is not "still carrying" anything, whatever its verdict.
+    HubModel.objects.filter(pk=family["edited"].pk).update(verdict=Verdict.UNSAFE)
+    assert record_stale_fixes([family["base"].pk, family["edited"].pk]) == 0
+
+
+def test_subscribing_to_a_base_can_include_its_derivatives(family: dict[str, HubModel]) -> None:
+    stale = _stale_and_fixed(family)
+    user = User.objects.create_user("reader", "r@example.org", "pw")
+    channel = Channel.objects.create(
+        owner=user, kind=ChannelKind.EMAIL, address="r@example.org", confirmed_at=timezone.now()
+    )
+
+    def subscribe(**fields: object) -> Subscription:
+        return Subscription.objects.create(user=user, channel=channel, **fields)
+
+    base_only = subscribe(target=SubscriptionTarget.MODEL, model=family["base"])
+    with_derivatives = subscribe(
+        target=SubscriptionTarget.MODEL, model=family["base"], with_derivatives=True
+    )
+    rule = subscribe(target=SubscriptionTarget.RULE, rule=Rule.BASE_FIXED)
+    unsafe_rule = subscribe(target=SubscriptionTarget.RULE, rule=Rule.TURNS_UNSAFE)
+    record_stale_fixes([family["base"].pk])
+    fixed = ModelEvent.objects.get(kind=EventKind.BASE_FIXED)
+    assert set(Subscription.objects.matching(fixed)) == {with_derivatives, rule}
+    # Any event of a derivative two levels down reaches the base's subscription too.
+    deep = ModelEvent.record(
+        family["finetune"].pk, EventKind.TEMPLATE_CHANGED, "t:deep", "changed", {}
+    )
+    assert set(Subscription.objects.matching(deep)) == {with_derivatives}
+    verdict = ModelEvent.record(
+        stale.pk, EventKind.VERDICT_CHANGED, "v:stale", "turned", {"new": "unsafe"}
+    )
+    assert set(Subscription.objects.matching(verdict)) == {with_derivatives, unsafe_rule}
+    assert base_only.describe() == BASE
+    assert with_derivatives.describe() == f"{BASE} and its derivatives"
+    assert rule.event_labels == ["Still carries a template its base has fixed"]

@@ -38,6 +38,8 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", 86400, {}),
     ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", 600, {"limit": 200}),
     ScheduledJob("Track new repos of watches", "hub.refresh_watches", 3600, {"limit": 50}),
+    # Runs only when due (DISCOVERY_EVERY_HOURS since the last run; 0 turns it off).
+    ScheduledJob("Discover the Hub's most used chat models", "hub.discover", 3600, {}),
     ScheduledJob("Send what a broker outage kept", "registry.flush_outbox", 15, {}),
     ScheduledJob("Send alerts of new events", "alerts.dispatch_events", 15, {}),
     ScheduledJob("Send daily alert digests", "alerts.send_due_digests", 3600, {}),

@@ -170,6 +170,24 @@ REGISTRY_MAX_TEMPLATE_BYTES = env.integer("REGISTRY_MAX_TEMPLATE_BYTES", 1 << 20
 REGISTRY_MAX_JSON_BYTES = env.integer("REGISTRY_MAX_JSON_BYTES", 16 << 20, minimum=1024)
 #: Larger tokenizer.json files are not fetched; their models get byte-level checks only.
 REGISTRY_MAX_TOKENIZER_BYTES = env.integer("REGISTRY_MAX_TOKENIZER_BYTES", 64 << 20, minimum=1024)
+#: A GGUF header (its vocabulary comes before the template) is read up to this many bytes.
+REGISTRY_GGUF_MAX_HEADER_BYTES = env.integer(
+    "REGISTRY_GGUF_MAX_HEADER_BYTES", 32 << 20, minimum=4096
+)
+#: GGUF files whose headers are read per repo (quantizations of one model); the rest are listed.
+REGISTRY_GGUF_MAX_FILES = env.integer("REGISTRY_GGUF_MAX_FILES", 8, minimum=1, maximum=200)
+
+# Discovery (docs/registry.md): the most used chat models of the Hub, tracked without anyone
+# typing a repo id. Each sort asks each pipeline tag for its top DISCOVERY_LIMIT repos.
+DISCOVERY_LIMIT = env.integer("DISCOVERY_LIMIT", 100, minimum=1, maximum=10000)
+DISCOVERY_SORTS = env.items("DISCOVERY_SORTS", ["downloads", "trendingScore"])
+DISCOVERY_PIPELINE_TAGS = env.items(
+    "DISCOVERY_PIPELINE_TAGS", ["text-generation", "image-text-to-text"]
+)
+#: Hub tags a discovered repo must carry: the Hub tags models with a chat template so.
+DISCOVERY_TAGS = env.text("DISCOVERY_TAGS", "conversational")
+#: Hours between scheduled discoveries; 0 runs it only on demand.
+DISCOVERY_EVERY_HOURS = env.integer("DISCOVERY_EVERY_HOURS", 24, minimum=0)
 
 # Email: SMTP when EMAIL_HOST is set, else messages are written under VAR_DIR/mail.
 EMAIL_HOST = env.text("EMAIL_HOST", "")

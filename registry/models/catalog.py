@@ -93,6 +93,23 @@ class ModelStatus(models.TextChoices):
     PENDING = "pending", "Not synced yet"
 
 
+class ModelFormat(models.TextChoices):
+    """What the repo holds: the format an engine loads (from its files, library and tags)."""
+
+    SAFETENSORS = "safetensors", "safetensors"
+    MLX = "mlx", "MLX"
+    GGUF = "gguf", "GGUF"
+
+
+class Drift(models.TextChoices):
+    """A derivative's template against its nearest tracked base's (registry.derivatives)."""
+
+    SAME = "same", "Same as the base's current template"
+    OLDER = "older", "An older template of the base's"
+    EDITED = "edited", "Edited from the base's"
+    UNKNOWN = "unknown", "Not comparable yet"
+
+
 class HubModelQuerySet(models.QuerySet["HubModel"]):
     def track(self, repo_id: str, via: str) -> tuple[HubModel, bool]:
         """Start tracking a repo (idempotent); the next sync fills it in."""
@@ -151,6 +168,14 @@ class HubModel(models.Model):
     has_sliding_window = models.BooleanField(default=False)
     quantization = models.CharField(max_length=100, blank=True)
     base_model = models.CharField(max_length=200, blank=True)
+    #: safetensors, MLX or GGUF; empty when the files say none of these.
+    format = models.CharField(max_length=12, choices=ModelFormat.choices, blank=True, db_index=True)
+    #: For a derivative of a tracked base: how its template relates to the base's (stored so
+    #: the catalog can filter on it); empty when no tracked base.
+    drift = models.CharField(max_length=10, choices=Drift.choices, blank=True, db_index=True)
+    #: For a GGUF repo: each GGUF file read, the template it embeds, or why it was not read
+    #: ({path, id, size, status, template, reason, bytes}); registry.gguf_files.
+    gguf_files = models.JSONField(default=list, blank=True)
 
     last_commit_sha = models.CharField(max_length=40, blank=True)
     last_commit_at = models.DateTimeField(null=True, blank=True)
@@ -222,6 +247,7 @@ class SourceFile(models.TextChoices):
     TOKENIZER_CONFIG = "tokenizer_config.json", "tokenizer_config.json"
     CHAT_TEMPLATE_JSON = "chat_template.json", "chat_template.json"
     LOCAL = "local", "imported folder"
+    GGUF = "gguf", "embedded in the GGUF file"
 
 
 class TemplateSnapshot(models.Model):
@@ -325,8 +351,12 @@ class Watch(models.Model):
     author = models.CharField(max_length=100, blank=True)
     search = models.CharField(max_length=200, blank=True)
     pipeline_tag = models.CharField(max_length=100, blank=True)
+    #: Hub tags every repo must carry, comma-separated (`filter=`), e.g. conversational.
+    tags = models.CharField(max_length=200, blank=True)
     sort = models.CharField(max_length=40, default="downloads")
     limit = models.PositiveIntegerField(default=100)
+    #: Made from the discovery settings (registry.discovery), not by hand.
+    discovery = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -336,8 +366,8 @@ class Watch(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["kind", "author", "search", "pipeline_tag", "sort", "limit"],
-                name="unique_watch",
+                fields=["kind", "author", "search", "pipeline_tag", "tags", "sort", "limit"],
+                name="unique_watch_query",
             )
         ]
         ordering = ["id"]
@@ -345,7 +375,11 @@ class Watch(models.Model):
     def __str__(self) -> str:
         if self.kind == WatchKind.AUTHOR:
             return f"author {self.author}"
-        parts = [f"search={self.search!r}" if self.search else "", self.pipeline_tag]
+        parts = [
+            f"search={self.search!r}" if self.search else "",
+            self.pipeline_tag,
+            f"tagged {self.tags}" if self.tags else "",
+        ]
         return f"top {self.limit} by {self.sort} " + " ".join(p for p in parts if p)
 
     def query(self) -> dict[str, str | int | None]:
@@ -354,9 +388,31 @@ class Watch(models.Model):
             "author": self.author or None,
             "search": self.search or None,
             "pipeline_tag": self.pipeline_tag or None,
+            "tags": self.tags or None,
             "sort": self.sort,
             "limit": self.limit,
         }
+
+
+class DiscoveryRun(models.Model):
+    """One run of discovery (registry.discovery): the Hub queries asked, what they found, and
+    what was new; the new repos' first syncs are the progress the site shows."""
+
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    #: "command", "button" or "schedule".
+    trigger = models.CharField(max_length=20)
+    #: Repos the queries listed, and how many of them were not tracked before.
+    listed = models.PositiveIntegerField(default=0)
+    new = models.PositiveIntegerField(default=0)
+    new_repo_ids = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"discovery {self.pk} ({self.trigger}, {self.started_at:%Y-%m-%d %H:%M})"
 
 
 class TokenizerFile(models.Model):

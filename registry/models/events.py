@@ -13,6 +13,7 @@ class EventKind(models.TextChoices):
     VERDICT_CHANGED = "verdict_changed", "Verdict changed"
     PROBE_CHANGED = "probe_changed", "Probe result changed"
     STATUS_CHANGED = "status_changed", "Repo gated or gone"
+    BASE_FIXED = "base_fixed", "Still carries a template its base has fixed"
 
 
 class ModelEvent(models.Model):

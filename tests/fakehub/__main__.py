@@ -1,7 +1,8 @@
 """Run the fake Hub as a process: `python -m tests.fakehub --port 8765 --corpus ../shared/corpus`.
 
 Prints `ready <url> <repos>` once it listens, then serves until interrupted. `--repos N`
-serves N generated repos (for the benchmark) instead of one repo per corpus repo id.
+serves N generated repos (for the benchmark) instead of one repo per corpus repo id;
+`--derivatives` adds MLX, GGUF and fine-tuned derivatives of every corpus repo (discovery).
 `GET /_fakehub/stats` returns request counts; `POST /_fakehub/reset-log` clears them.
 """
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .corpus import build_corpus_hub, build_scaled_hub
+from .derived import build_discovery_hub
 from .server import FakeHub
 
 
@@ -20,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--corpus", type=Path, required=True, help="the shared corpus folder")
     parser.add_argument("--repos", type=int, default=0, help="serve N generated repos")
+    parser.add_argument(
+        "--derivatives", action="store_true", help="add derivatives of every corpus repo"
+    )
     args = parser.parse_args(argv)
     if not (args.corpus / "index.json").is_file():
         print(f"error: no index.json in {args.corpus}", file=sys.stderr)
@@ -27,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     hub = FakeHub(port=args.port)
     if args.repos:
         count = len(build_scaled_hub(hub.store, args.corpus, args.repos))
+    elif args.derivatives:
+        count = build_discovery_hub(hub.store, args.corpus)
     else:
         count = build_corpus_hub(hub.store, args.corpus, include_unnamed=True)
     print(f"ready {hub.url} {count}", flush=True)

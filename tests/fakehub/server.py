@@ -1,8 +1,11 @@
 """A fake Hugging Face Hub on 127.0.0.1, shaped like the endpoints huggingface_hub 2.x calls.
 
-Served: model info (`/api/models/{id}[/revision/{rev}]`, `blobs=True` adds sizes and ids),
-list models (Link pagination), commits (Link pagination, newest first), tree, paths-info and
-file resolve at a revision, with the headers and `X-Error-Code`s the client maps to its errors.
+Served: model info (`/api/models/{id}[/revision/{rev}]`, `blobs=True` adds sizes and ids,
+`expand` answers only the fields asked, `gguf` parsed from the main GGUF file as the Hub does),
+list models (Link pagination, sorts by downloads, likes, trendingScore, lastModified; `filter`
+tags), commits (Link pagination, newest first), tree, paths-info and file resolve at a revision,
+with HTTP range requests (206, 416), and the headers and `X-Error-Code`s the client maps to its
+errors.
 Faults can be injected for the next N matching requests; every request is logged.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from .store import LFS_FILES, FakeCommit, FakeRepo, RepoStore, blob_oid, tree_oid
+from .store import FakeCommit, FakeRepo, RepoStore, blob_oid, is_lfs, tree_oid
 
 PAGE_SIZE_COMMITS = 50  # what the real Hub returns per page of /commits
 PAGE_SIZE_MODELS = 1000
@@ -42,6 +46,8 @@ class LoggedRequest:
     path: str
     repo_id: str | None
     status: int
+    #: Body bytes sent (what a range request saves is counted, not assumed).
+    sent: int = 0
 
 
 @dataclass
@@ -75,7 +81,7 @@ def _iso(moment: datetime) -> str:
 
 def _file_entry(path: str, data: bytes) -> dict[str, Any]:
     entry: dict[str, Any] = {"type": "file", "oid": blob_oid(data), "size": len(data), "path": path}
-    if path in LFS_FILES:
+    if is_lfs(path):
         entry["lfs"] = {
             "oid": hashlib.sha256(data).hexdigest(),
             "size": len(data),
@@ -95,6 +101,71 @@ def _entry(commit: FakeCommit, path: str) -> dict[str, Any] | None:
     if any(name.startswith(path + "/") for name in commit.files):
         return _folder_entry(commit, path)
     return None
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """A single `bytes=a-b` / `bytes=a-` / `bytes=-n` range as (first, last), "unsatisfiable",
+    or None to answer the whole file (no header, or one the fake does not serve)."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header.removeprefix("bytes=").strip().partition("-")
+    if not (first.isdigit() or last.isdigit()):
+        return None
+    if not first:
+        start, end = max(0, size - int(last)), size - 1
+    else:
+        start = int(first)
+        end = min(size - 1, int(last)) if last.isdigit() else size - 1
+    if start >= size or end < start:
+        return "unsatisfiable"
+    return start, end
+
+
+def gguf_summary(commit: FakeCommit) -> dict[str, Any] | None:
+    """What the Hub shows as a repo's `gguf`: the main file's template and tokens, parsed here
+    with gguf's own reader (the first file by name, neither a projector nor a later shard)."""
+    from gguf import GGUFReader  # only the fake Hub parses whole files
+
+    names = sorted(
+        n
+        for n in commit.files
+        if n.endswith(".gguf")
+        and "mmproj" not in n.lower()
+        and ("-of-" not in n or "-00001-of-" in n)
+    )
+    if not names:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as handle:
+        handle.write(commit.files[names[0]])
+        handle.flush()
+        try:
+            reader = GGUFReader(handle.name)
+        except Exception:
+            return None  # the Hub shows nothing for a file it cannot parse
+
+    def text(key: str) -> str | None:
+        field = reader.fields.get(key)
+        return bytes(field.parts[field.data[0]]).decode() if field is not None else None
+
+    def number(key: str) -> int | None:
+        field = reader.fields.get(key)
+        return int(field.parts[field.data[0]][0]) if field is not None else None
+
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocabulary = [bytes(tokens.parts[i]).decode() for i in tokens.data] if tokens else []
+    summary: dict[str, Any] = {"total": sum(len(b) for n, b in commit.files.items() if n in names)}
+    architecture = text("general.architecture")
+    if architecture:
+        summary["architecture"] = architecture
+        if (context := number(f"{architecture}.context_length")) is not None:
+            summary["context_length"] = context
+    if (template := text("tokenizer.chat_template")) is not None:
+        summary["chat_template"] = template
+    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id")):
+        index = number(f"tokenizer.ggml.{key}")
+        if index is not None and 0 <= index < len(vocabulary):
+            summary[name] = vocabulary[index]
+    return summary
 
 
 def _repo_of(path: str) -> str | None:
@@ -150,6 +221,7 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             body = self.rfile.read(length) if length else b""
         self._repo_id: str | None = _repo_of(path)
         self._status = 0
+        self._sent = 0
         fault = self.state.take_fault(path)
         try:
             if fault is not None and fault.kind == "slow":
@@ -183,7 +255,7 @@ class FakeHubHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            self.state.record(LoggedRequest(method, path, self._repo_id, self._status))
+            self.state.record(LoggedRequest(method, path, self._repo_id, self._status, self._sent))
 
     def _send(
         self,
@@ -208,11 +280,13 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             return
         if truncated:
             # Promise the whole body, deliver half, hang up: what a dropped connection looks like.
+            self._sent = len(body) // 2
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        self._sent = len(body)
         self.wfile.write(body)
 
     def _json(
@@ -327,7 +401,14 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             config = repo.config_summary(commit)
             if config is not None:
                 payload["config"] = config
-            if self.state.minimal:
+            expand = query.get("expand", [])
+            if expand:
+                # The Hub answers the fields asked for, and the ids, nothing else.
+                wanted = {"cardData" if e == "card_data" else e for e in expand}
+                payload = {k: v for k, v in payload.items() if k in wanted or k in ("_id", "id")}
+                if "gguf" in wanted and (summary := gguf_summary(commit)) is not None:
+                    payload["gguf"] = summary
+            elif self.state.minimal:
                 del payload["sha"]
         self._json(200, payload, truncated=truncated)
 
@@ -348,8 +429,9 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             and (pipeline_tag is None or r.pipeline_tag == pipeline_tag)
             and all(t in r.tags for t in tags)
         ]
-        if sort in ("downloads", "likes"):
-            selected.sort(key=lambda r: (getattr(r, sort), r.repo_id), reverse=True)
+        if sort in ("downloads", "likes", "trendingScore"):
+            attribute = "trending_score" if sort == "trendingScore" else sort
+            selected.sort(key=lambda r: (getattr(r, attribute), r.repo_id), reverse=True)
         elif sort in ("lastModified", "last_modified"):
             selected.sort(key=lambda r: r.head.date, reverse=True)
         else:
@@ -475,8 +557,19 @@ class FakeHubHandler(BaseHTTPRequestHandler):
             headers["ETag"] = f'"{entry["lfs"]["oid"]}"'
             headers["X-Linked-Etag"] = f'"{entry["lfs"]["oid"]}"'
             headers["X-Linked-Size"] = str(len(data))
+        status = 200
+        wanted = byte_range(self.headers.get("Range"), len(data))
+        if isinstance(wanted, str):
+            headers["Content-Range"] = f"bytes */{len(data)}"
+            self._send(416, b"", "text/plain", headers)
+            return
+        if wanted is not None:
+            start, end = wanted
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+            data, status = data[start : end + 1], 206
+        headers["Accept-Ranges"] = "bytes"
         self._send(
-            200,
+            status,
             data,
             "application/octet-stream",
             headers,

@@ -11,6 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 #: Files the fake serves through LFS (as the real Hub does for tokenizer.json and weights).
 LFS_FILES = frozenset({"tokenizer.json", "model.safetensors"})
+LFS_SUFFIXES = (".gguf", ".safetensors")
+
+
+def is_lfs(path: str) -> bool:
+    return path in LFS_FILES or path.endswith(LFS_SUFFIXES)
+
 
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -46,6 +52,7 @@ class FakeRepo:
     disabled: bool = False
     downloads: int = 0
     likes: int = 0
+    trending_score: int = 0
     tags: list[str] = field(default_factory=list)
     pipeline_tag: str | None = "text-generation"
     library_name: str | None = "transformers"
