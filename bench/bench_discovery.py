@@ -71,7 +71,7 @@ def main() -> int:
         from django.core.management import call_command
 
         from registry import discovery
-        from registry.models import DiscoveryRun, HubModel
+        from registry.models import DiscoveryRun, HubModel, Watch
         from registry.sync import sync_repo_ids
 
         call_command("migrate", verbosity=0)
@@ -84,7 +84,7 @@ def main() -> int:
             started = time.perf_counter()
             run = discovery.discover(trigger="command", queue_syncs=False)
             listed = time.perf_counter() - started
-            listing_requests = sum(per_repo(url).values()) or hub_stats(url)["requests"]
+            listing_requests = Watch.objects.filter(discovery=True).count()
             reset_log(url)
             started = time.perf_counter()
             synced = discovery.sync_new(run, concurrency=concurrency)
@@ -97,7 +97,7 @@ def main() -> int:
         for model in models:
             by_format.setdefault(model.format or "other", []).append(counts.get(model.repo_id, 0))
         print(f"repos listed by discovery     {run.listed} ({run.new} new) in {listed:.2f} s, "
-              f"{listing_requests} list requests")  # fmt: skip
+              f"{listing_requests} Hub queries of one page each")  # fmt: skip
         for concurrency, (wall, _, _, done) in sorted(results.items()):
             print(f"first syncs, {concurrency} at a time      {wall:6.2f} s "
                   f"({len(done) / wall:.0f} repos/s)")  # fmt: skip
