@@ -54,3 +54,51 @@ def test_tracking_through_the_api_gets_the_repo_synced_by_a_worker_once(
     )
     assert [r.path for r in fake_hub.requests()] == ["/api/models/acme/worked"]
     assert TemplateChange.objects.filter(model=model).count() == 1
+
+
+def test_the_staff_button_runs_a_discovery_on_a_worker_that_then_syncs_what_it_found(
+    celery_workers: Any, fake_hub: FakeHub, settings: Any
+) -> None:
+    from django.contrib.auth.models import User
+
+    from registry.models import DiscoveryRun
+
+    settings.HF_ENDPOINT = fake_hub.url
+    for number in range(6):
+        repo_id = f"chat/model-{number}"
+        fake_hub.store.create_repo(
+            repo_id, downloads=100 - number, tags=["conversational"], trending_score=number
+        )
+        fake_hub.store.add_commit(
+            repo_id, {"tokenizer_config.json": tokenizer_config(b"{{ messages }}", None, None)}
+        )
+    fake_hub.store.create_repo("base/no-chat", downloads=1000, tags=[])  # not conversational
+    celery_workers(
+        queues="hub",
+        extra_env={
+            "HF_ENDPOINT": fake_hub.url,
+            "HF_TOKEN": "",
+            "HF_REQUESTS_PER_5MIN": "1000000000",
+            "DISCOVERY_LIMIT": "4",
+            "DISCOVERY_SORTS": "downloads,trendingScore",
+            "DISCOVERY_PIPELINE_TAGS": "text-generation",
+        },
+    )
+    client = Client()
+    client.force_login(User.objects.create_user("ops", "o@example.org", "pw", is_staff=True))
+    assert client.post("/discovery/run").status_code == 302
+    run = DiscoveryRun.objects.get()
+    wait_for(
+        lambda: DiscoveryRun.objects.get(pk=run.pk).finished_at is not None, 60, "the discovery"
+    )
+    run.refresh_from_db()
+    # Top 4 by downloads (0-3) and by trending (5-2): all six, not the untagged base.
+    assert run.error == "" and run.new == 6
+    assert sorted(run.new_repo_ids) == [f"chat/model-{n}" for n in range(6)]
+    wait_for(
+        lambda: not HubModel.objects.filter(status=ModelStatus.PENDING).exists(),
+        90,
+        "the first syncs of the new repos",
+    )
+    assert set(HubModel.objects.values_list("status", flat=True)) == {ModelStatus.OK}
+    assert "Last discovery" in client.get("/discovery/").content.decode()
