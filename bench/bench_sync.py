@@ -1,7 +1,9 @@
 """Benchmark: sync 1,000 repos against the fake Hub, cold then warm (nothing changed).
 
-Prints the requests per unchanged repo (target 1), the wall time of both passes and peak
-memory. Runs on a throwaway SQLite database; the fake Hub runs as a separate process.
+Prints the requests per new and per unchanged repo (target 1), the wall time of a cold pass
+one at a time and `--concurrency` at a time (the fake Hub waits `--latency-ms` per request, a
+network round trip), the warm pass, and peak memory. Runs on a throwaway SQLite database; the
+fake Hub runs as a separate process.
 `.venv/bin/python bench/bench_sync.py [--repos N]`
 """
 
@@ -18,6 +20,8 @@ import time
 import tracemalloc
 import urllib.request
 from pathlib import Path
+
+from procs import load_average
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO_ROOT.parent / "shared" / "corpus"
@@ -81,13 +85,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repos", type=int, default=1000)
     parser.add_argument(
+        "--concurrency", type=int, default=4, help="repos read at once, beside one at a time"
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=20,
+        help="the fake Hub waits this long per request (a round trip; 0 for loopback)",
+    )
+    parser.add_argument(
         "--trace-memory",
         action="store_true",
         help="also report tracemalloc's peak (slows the sync down several times)",
     )
     args = parser.parse_args()
 
-    hub, url = start_hub("--repos", str(args.repos))
+    hub, url = start_hub("--repos", str(args.repos), "--latency-ms", str(args.latency_ms))
     isolate("sync", url)
     try:
         import django
@@ -101,25 +114,37 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
         repo_ids = list(HubClient().iter_models(limit=args.repos, sort="downloads"))
-        HubModel.objects.bulk_create(
-            HubModel(repo_id=r, author=r.split("/")[0], tracked_via="track") for r in repo_ids
-        )
-        reset_log(url)
 
+        def track_afresh() -> None:
+            HubModel.objects.all().delete()
+            TemplateVersion.objects.all().delete()
+            HubModel.objects.bulk_create(
+                HubModel(repo_id=r, author=r.split("/")[0], tracked_via="track") for r in repo_ids
+            )
+            reset_log(url)
+
+        print(f"load average at start         {load_average()}")
+        print(f"fake Hub latency              {args.latency_ms:.0f} ms a request")
+        # The cold pass one at a time (as before), then again `--concurrency` at a time.
+        track_afresh()
+        started = time.perf_counter()
+        sequential = sync_repo_ids(None)
+        sequential_seconds = time.perf_counter() - started
+        track_afresh()
         if args.trace_memory:
             tracemalloc.start()
         started = time.perf_counter()
-        cold = sync_repo_ids(None)
+        cold = sync_repo_ids(None, concurrency=args.concurrency)
         cold_seconds = time.perf_counter() - started
         cold_requests = repo_requests(url)
         reset_log(url)
 
         started = time.perf_counter()
-        warm = sync_repo_ids(None)
+        warm = sync_repo_ids(None, concurrency=args.concurrency)
         warm_seconds = time.perf_counter() - started
         peak = tracemalloc.get_traced_memory()[1] if args.trace_memory else 0
         tracemalloc.stop()
-
+        cold += sequential
         failed = [r for r in cold + warm if r.outcome == "failed"]
         unchanged = [r for r in warm if r.outcome == "unchanged"]
         warm_requests = repo_requests(url)
@@ -127,9 +152,14 @@ def main() -> int:
         print(f"template versions (deduped)   {TemplateVersion.objects.count()}")
         print(f"template changes recorded     {TemplateChange.objects.count()}")
         print(
-            f"cold sync                     {cold_seconds:6.1f} s, {cold_requests} requests "
-            f"({cold_requests / len(repo_ids):.1f} per repo, {len(repo_ids) / cold_seconds:.0f} "
-            "repos/s)"
+            f"cold sync, one at a time      {sequential_seconds:6.1f} s "
+            f"({len(repo_ids) / sequential_seconds:.0f} repos/s)"
+        )
+        print(
+            f"cold sync, {args.concurrency} at a time        {cold_seconds:6.1f} s, "
+            f"{cold_requests} requests ({cold_requests / len(repo_ids):.1f} per repo, "
+            f"{len(repo_ids) / cold_seconds:.0f} repos/s, "
+            f"{sequential_seconds / cold_seconds:.1f}x faster)"
         )
         print(
             f"warm sync (nothing changed)   {warm_seconds:6.1f} s, {warm_requests} requests "
@@ -142,6 +172,7 @@ def main() -> int:
             print(f"peak traced Python memory     {peak / 2**20:.1f} MiB")
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print(f"peak RSS of this process      {maxrss / 1024:.1f} MiB")
+        print(f"load average at end           {load_average()}")
         if failed:
             print(f"FAILED: {len(failed)} sync(s), e.g. {failed[0].line()}", file=sys.stderr)
             return 1

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connections
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from .hub import HubClient, HubUnavailable, RepoUnavailable
 from .models import DiscoveryRun, HubModel, ModelStatus, Watch, WatchKind
-from .sync import RegistrySync, SyncResult
+from .sync import SyncResult, sync_concurrently
 from .watching import watch_results
 
 logger = logging.getLogger(__name__)
@@ -93,29 +91,12 @@ def sync_new(
     run: DiscoveryRun,
     *,
     concurrency: int,
-    client_factory: Callable[[], HubClient] = HubClient,
+    client: HubClient | None = None,
     on_result: Callable[[SyncResult], None] | None = None,
 ) -> list[SyncResult]:
-    """Sync the repos `run` tracked, `concurrency` at a time (every client takes its tokens
-    from the credential's shared bucket, so the rate limit holds whatever the concurrency)."""
+    """Sync the repos `run` tracked that are still pending, `concurrency` at a time."""
     models = list(HubModel.objects.filter(repo_id__in=run.new_repo_ids, status=ModelStatus.PENDING))
-
-    def one(model: HubModel) -> SyncResult:
-        try:
-            return RegistrySync(client_factory()).sync(model)
-        except HubUnavailable as err:
-            return SyncResult(model.repo_id, "failed", model.status, message=str(err))
-        finally:
-            connections.close_all()  # this thread's connection; the pool thread lives on
-
-    results = []
-    close_old_connections()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for result in pool.map(one, models):
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
-    return results
+    return sync_concurrently(models, concurrency=concurrency, client=client, on_result=on_result)
 
 
 @dataclass(frozen=True)

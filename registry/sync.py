@@ -7,15 +7,17 @@ transaction per repo, so a sync interrupted anywhere leaves either all of its ro
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from .derivatives import record_stale_fixes, refresh_drift
@@ -169,6 +171,20 @@ def _assign(model: HubModel, values: dict[str, Any]) -> list[str]:
     return changed
 
 
+def head_entries(info: RepoInfo) -> dict[str, FileInfo] | None:
+    """The head's top-level files from model info (its `siblings` carry the same ids a tree
+    listing does), which saves listing the head's tree; None when model info cannot stand in:
+    ids missing (a Hub without file metadata), or an additional_chat_templates/ folder, whose
+    tree id only a listing gives."""
+    files = info.files
+    if not files or any(p.startswith(TEMPLATE_DIR + "/") for p in files):
+        return None
+    watched = [e for path, e in files.items() if path in WATCHED]
+    if any(not e.content_id for e in watched):
+        return None
+    return {path: e for path, e in files.items() if "/" not in path}
+
+
 class RegistrySync:
     """Sync HubModels with the Hub through one HubClient."""
 
@@ -246,7 +262,8 @@ class RegistrySync:
         )
         blobs: dict[str, bytes] = {}
         for commit in reversed(window):
-            self._observe_commit(repo_id, commit, walk, blobs)
+            listed = head_entries(info) if commit.sha == info.sha else None
+            self._observe_commit(repo_id, commit, walk, blobs, listed)
         architecture = self._architecture(repo_id, info, blobs)
         broken = walk.broken
         facts = architecture if isinstance(architecture, ArchitectureFacts) else None
@@ -292,11 +309,16 @@ class RegistrySync:
         )
 
     def _observe_commit(
-        self, repo_id: str, commit: CommitInfo, walk: _Walk, blobs: dict[str, bytes]
+        self,
+        repo_id: str,
+        commit: CommitInfo,
+        walk: _Walk,
+        blobs: dict[str, bytes],
+        listed: dict[str, FileInfo] | None = None,
     ) -> None:
-        entries = {
-            e.path: e for e in self.client.list_folder(repo_id, commit.sha) if e.path in WATCHED
-        }
+        if listed is None:
+            listed = {e.path: e for e in self.client.list_folder(repo_id, commit.sha)}
+        entries = {path: e for path, e in listed.items() if path in WATCHED}
         signature = {path: entry.content_id for path, entry in sorted(entries.items())}
         if signature == walk.signature:
             return
@@ -545,22 +567,74 @@ def record_failure(model_pk: int, message: str) -> None:
     )
 
 
+def sync_concurrently(
+    models: Iterable[HubModel],
+    *,
+    concurrency: int = 1,
+    client: HubClient | None = None,
+    force: bool = False,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    on_result: Callable[[SyncResult], None] | None = None,
+) -> list[SyncResult]:
+    """Sync `models`, `concurrency` at a time, in order of the iterable.
+
+    Each thread has its own client (or shares `client`), and every client takes its tokens from
+    the credential's shared bucket, so the Hub's rate limit holds at any concurrency. No sync
+    starts past `deadline` (of `clock`) or once the Hub rate-limited us (the rest wait for the
+    next run). One at a time, everything runs in the calling thread."""
+    stop = threading.Event()
+    threaded = concurrency > 1
+
+    def one(model: HubModel) -> SyncResult | None:
+        if stop.is_set() or (deadline is not None and clock() >= deadline):
+            stop.set()
+            return None
+        try:
+            return RegistrySync(client or HubClient()).sync(model, force=force)
+        except HubUnavailable as err:
+            if err.retry_after is not None:
+                stop.set()
+            return SyncResult(model.repo_id, "failed", model.status, message=str(err))
+        finally:
+            if threaded:
+                connections.close_all()  # this pool thread's own connections
+
+    results: list[SyncResult] = []
+    if not threaded:
+        for model in models:
+            result = one(model)
+            if result is None:
+                break
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+        return results
+    close_old_connections()
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sync") as pool:
+        for found in pool.map(one, models):
+            if found is not None:
+                results.append(found)
+                if on_result is not None:
+                    on_result(found)
+    return results
+
+
 def sync_repo_ids(
-    repo_ids: list[str] | None, *, force: bool = False, client: HubClient | None = None
+    repo_ids: list[str] | None,
+    *,
+    force: bool = False,
+    client: HubClient | None = None,
+    concurrency: int = 1,
 ) -> list[SyncResult]:
     """Sync the named repos (tracking the untracked ones), or every tracked Hub repo."""
-    syncer = RegistrySync(client)
     if repo_ids:
         models = [HubModel.objects.track(r, via="track")[0] for r in repo_ids]
     else:
         models = list(HubModel.objects.stalest())
-    results = []
-    for model in models:
-        try:
-            results.append(syncer.sync(model, force=force))
-        except HubUnavailable as err:
-            results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
-    return results
+    if concurrency <= 1:
+        client = client or HubClient()  # one client for the whole run
+    return sync_concurrently(models, concurrency=concurrency, client=client, force=force)
 
 
 def sync_stalest(
@@ -569,19 +643,14 @@ def sync_stalest(
     seconds: float | None = None,
     client: HubClient | None = None,
     clock: Callable[[], float] = time.monotonic,
+    concurrency: int = 1,
 ) -> list[SyncResult]:
     """Sync up to `limit` of the repos synced longest ago, within `seconds`; stops early when
     the Hub rate-limits us (the rest wait for the next run)."""
-    syncer = RegistrySync(client)
     deadline = clock() + seconds if seconds is not None else None
-    results = []
-    for model in HubModel.objects.stalest()[:limit]:
-        if deadline is not None and clock() >= deadline:
-            break
-        try:
-            results.append(syncer.sync(model))
-        except HubUnavailable as err:
-            results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
-            if err.retry_after is not None:
-                break
-    return results
+    models = list(HubModel.objects.stalest()[:limit])
+    if concurrency <= 1:
+        client = client or HubClient()
+    return sync_concurrently(
+        models, concurrency=concurrency, client=client, deadline=deadline, clock=clock
+    )

@@ -182,8 +182,10 @@ def _single_running(name: str, job: Callable[[], int]) -> int:
 @shared_task(name="hub.sync_stalest", **BATCH_OPTIONS)
 def sync_stalest_repos(limit: int = 200) -> int:
     """Sync the repos synced longest ago (one request each when unchanged)."""
+    concurrency = int(settings.REGISTRY_SYNC_CONCURRENCY)
     return _single_running(
-        "hub.sync_stalest", lambda: len(sync_stalest(limit, seconds=BATCH_SECONDS))
+        "hub.sync_stalest",
+        lambda: len(sync_stalest(limit, seconds=BATCH_SECONDS, concurrency=concurrency)),
     )
 
 

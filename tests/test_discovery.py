@@ -55,7 +55,7 @@ def test_a_discovery_run_tracks_every_chat_model_and_syncs_them_concurrently(
     assert discovery.progress(run).read == 0
 
     hub.reset_log()
-    results = discovery.sync_new(run, concurrency=4, client_factory=client_factory)
+    results = discovery.sync_new(run, concurrency=4)
     assert len(results) == len(expected)
     assert [r for r in results if r.outcome == "failed"] == []
     state = discovery.progress(DiscoveryRun.objects.get(pk=run.pk))

@@ -537,3 +537,30 @@ def test_a_bare_404_on_a_file_is_retried_later_not_a_missing_repo(
         sync("org/cdn-hiccup")
     assert HubModel.objects.get(repo_id="org/cdn-hiccup").status == ModelStatus.PENDING
     assert sync("org/cdn-hiccup").status == ModelStatus.OK
+
+
+def test_the_heads_files_come_from_model_info_not_a_tree_listing(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    upload(fake_hub, "org/head", {"tokenizer_config.json": tc(CHATML), "config.json": b"{}"})
+    fake_hub.reset_log()
+    assert sync("org/head").status == ModelStatus.OK
+    paths = [r.path for r in fake_hub.requests("org/head")]
+    repo = fake_hub.store.get("org/head")
+    assert repo is not None
+    # Model info, the commits, the initial commit's tree only, then the two files.
+    assert [p for p in paths if "/tree/" in p] == [
+        f"/api/models/org/head/tree/{repo.commits[0].sha}"
+    ]
+    assert len(paths) == 5
+    # A folder of named templates has a tree id only a listing gives: the head is listed.
+    upload(
+        fake_hub,
+        "org/named",
+        {"tokenizer_config.json": tc(CHATML), "additional_chat_templates/tool_use.jinja": TOOLS},
+    )
+    fake_hub.reset_log()
+    assert sync("org/named").status == ModelStatus.OK
+    named = fake_hub.store.get("org/named")
+    assert named is not None
+    assert any(r.path.endswith(f"/tree/{named.head.sha}") for r in fake_hub.requests("org/named"))

@@ -170,6 +170,8 @@ REGISTRY_MAX_TEMPLATE_BYTES = env.integer("REGISTRY_MAX_TEMPLATE_BYTES", 1 << 20
 REGISTRY_MAX_JSON_BYTES = env.integer("REGISTRY_MAX_JSON_BYTES", 16 << 20, minimum=1024)
 #: Larger tokenizer.json files are not fetched; their models get byte-level checks only.
 REGISTRY_MAX_TOKENIZER_BYTES = env.integer("REGISTRY_MAX_TOKENIZER_BYTES", 64 << 20, minimum=1024)
+#: Repos a batch sync (beat's `hub.sync_stalest`) reads at once; all share the Hub quota.
+REGISTRY_SYNC_CONCURRENCY = env.integer("REGISTRY_SYNC_CONCURRENCY", 4, minimum=1, maximum=32)
 #: A GGUF header (its vocabulary comes before the template) is read up to this many bytes.
 REGISTRY_GGUF_MAX_HEADER_BYTES = env.integer(
     "REGISTRY_GGUF_MAX_HEADER_BYTES", 32 << 20, minimum=4096

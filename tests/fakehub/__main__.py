@@ -25,11 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--derivatives", action="store_true", help="add derivatives of every corpus repo"
     )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0, help="wait this long before every answer"
+    )
     args = parser.parse_args(argv)
     if not (args.corpus / "index.json").is_file():
         print(f"error: no index.json in {args.corpus}", file=sys.stderr)
         return 2
     hub = FakeHub(port=args.port)
+    hub.state.latency = args.latency_ms / 1000
     if args.repos:
         count = len(build_scaled_hub(hub.store, args.corpus, args.repos))
     elif args.derivatives:

@@ -61,6 +61,8 @@ class HubState:
     #: Answer like a bare-bones Hub look-alike: no `X-Error-Code` headers, and model info
     #: without `sha` or file metadata (what a client cannot count on from every server).
     minimal: bool = False
+    #: Seconds every request waits before it is answered: a network round trip to the Hub.
+    latency: float = 0.0
 
     def take_fault(self, path: str) -> Fault | None:
         with self.lock:
@@ -223,6 +225,8 @@ class FakeHubHandler(BaseHTTPRequestHandler):
         self._status = 0
         self._sent = 0
         fault = self.state.take_fault(path)
+        if self.state.latency:
+            time.sleep(self.state.latency)
         try:
             if fault is not None and fault.kind == "slow":
                 time.sleep(fault.delay)

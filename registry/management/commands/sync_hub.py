@@ -21,13 +21,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--force", action="store_true", help="re-read the bounded history even if unchanged"
         )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="repos read at once (1-32); all share the Hub quota",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             repo_ids = [validate_repo_id(r) for r in options["repo_ids"]]
         except ValidationError as err:
             raise CommandError(err.messages[0]) from None
-        results = sync_repo_ids(repo_ids or None, force=options["force"])
+        if not 1 <= options["concurrency"] <= 32:
+            raise CommandError("--concurrency must be between 1 and 32")
+        results = sync_repo_ids(
+            repo_ids or None, force=options["force"], concurrency=options["concurrency"]
+        )
         for result in results:
             self.stdout.write(result.line())
         failed = [r for r in results if r.outcome == "failed"]
