@@ -15,11 +15,14 @@ package, and the tests compare this reader with `GGUFReader` on files written by
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gguf import GGUF_MAGIC, GGUFValueType
+if TYPE_CHECKING:
+    from gguf import GGUFValueType
 
 #: (offset, length) -> the bytes there; fewer at the end of the file, none past it.
 Fetch = Callable[[int, int], bytes]
@@ -38,19 +41,31 @@ TOKEN_IDS = {
     "pad_token": "tokenizer.ggml.padding_token_id",
 }
 
-_SCALARS: dict[int, struct.Struct] = {
-    GGUFValueType.UINT8: struct.Struct("<B"),
-    GGUFValueType.INT8: struct.Struct("<b"),
-    GGUFValueType.UINT16: struct.Struct("<H"),
-    GGUFValueType.INT16: struct.Struct("<h"),
-    GGUFValueType.UINT32: struct.Struct("<I"),
-    GGUFValueType.INT32: struct.Struct("<i"),
-    GGUFValueType.FLOAT32: struct.Struct("<f"),
-    GGUFValueType.BOOL: struct.Struct("<?"),
-    GGUFValueType.UINT64: struct.Struct("<Q"),
-    GGUFValueType.INT64: struct.Struct("<q"),
-    GGUFValueType.FLOAT64: struct.Struct("<d"),
-}
+
+@functools.cache
+def _gguf() -> tuple[type[GGUFValueType], int, dict[GGUFValueType, struct.Struct]]:
+    """gguf's value types and magic, imported on first use: the package imports numpy and its
+    whole writer (about 14 MiB), which web processes, which never read a header, should not
+    carry."""
+    from gguf import GGUF_MAGIC, GGUFValueType
+
+    kinds = GGUFValueType
+    scalars = {
+        kinds.UINT8: struct.Struct("<B"),
+        kinds.INT8: struct.Struct("<b"),
+        kinds.UINT16: struct.Struct("<H"),
+        kinds.INT16: struct.Struct("<h"),
+        kinds.UINT32: struct.Struct("<I"),
+        kinds.INT32: struct.Struct("<i"),
+        kinds.FLOAT32: struct.Struct("<f"),
+        kinds.BOOL: struct.Struct("<?"),
+        kinds.UINT64: struct.Struct("<Q"),
+        kinds.INT64: struct.Struct("<q"),
+        kinds.FLOAT64: struct.Struct("<d"),
+    }
+    return kinds, int(GGUF_MAGIC), scalars
+
+
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -159,7 +174,7 @@ class _Cursor:
 
 def _value_type(raw: int, where: str) -> GGUFValueType:
     try:
-        return GGUFValueType(raw)
+        return _gguf()[0](raw)
     except ValueError:
         raise GgufError(f"malformed: unknown value type {raw} at {where}") from None
 
@@ -168,20 +183,22 @@ def _skip_or_read(
     cursor: _Cursor, kind: GGUFValueType, keep: bool, depth: int = 0
 ) -> Value | list[str]:
     """One value; arrays come back as their length unless `keep` (strings only)."""
-    if kind == GGUFValueType.STRING:
+    kinds, _, scalars = _gguf()
+    if kind == kinds.STRING:
         return cursor.string()
-    if kind != GGUFValueType.ARRAY:
-        return cursor.unpack(_SCALARS[kind])
+    if kind != kinds.ARRAY:
+        return cursor.unpack(scalars[kind])
     if depth >= MAX_NESTING:
         raise GgufError(f"malformed: arrays nested too deep at {cursor.where}")
     item = _value_type(int(cursor.unpack(_U32)), cursor.where)
     count = cursor.u64()
-    smallest = 8 if item in (GGUFValueType.STRING, GGUFValueType.ARRAY) else _SCALARS[item].size
+    nested = item in (kinds.STRING, kinds.ARRAY)
+    smallest = 8 if nested else scalars[item].size
     if count * smallest > cursor.max_bytes:
         raise cursor.over_cap(f"an array of {count:,} items at {cursor.where}")
-    if item == GGUFValueType.STRING and keep:
+    if item == kinds.STRING and keep:
         return [cursor.string() for _ in range(count)]
-    if item in (GGUFValueType.STRING, GGUFValueType.ARRAY):
+    if nested:
         for _ in range(count):
             _skip_or_read(cursor, item, False, depth + 1)
     else:
@@ -193,7 +210,7 @@ def read_metadata(fetch: Fetch, max_bytes: int) -> GgufMetadata:
     """Parse the key-value section of the GGUF file behind `fetch`; raises GgufError."""
     cursor = _Cursor(fetch, max_bytes)
     magic = int(cursor.unpack(_U32))
-    if magic != GGUF_MAGIC:
+    if magic != _gguf()[1]:
         raise GgufError("malformed: not a GGUF file (its first bytes are not GGUF)")
     version = int(cursor.unpack(_U32))
     if version not in (2, 3):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +20,23 @@ def test_no_import_runs_up_a_layer_or_closes_a_circle() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 kept, 0 broken" in result.stdout
+
+
+def test_a_web_process_does_not_carry_the_gguf_package() -> None:
+    """gguf imports numpy and its writer (about 14 MiB a process); only a sync that reads a GGUF
+    header needs it, so it is imported then, not when the site loads."""
+    code = (
+        "import sys, django; django.setup(); "
+        "import cachesafe.urls, registry.receivers, registry.sync, dashboard.views; "
+        "print(sorted(m for m in ('gguf', 'numpy') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "cachesafe.settings"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
