@@ -1,8 +1,10 @@
 """Benchmark: sync 1,000 repos against the fake Hub, cold then warm (nothing changed).
 
-Prints the requests per new and per unchanged repo (target 1), the wall time of a cold pass
-one at a time and `--concurrency` at a time (the fake Hub waits `--latency-ms` per request, a
-network round trip), the warm pass, and peak memory. Runs on a throwaway SQLite database; the
+A cold (first) sync reads a repo's head only; the history before it is backfilled afterwards.
+Prints the requests per new repo (target 3), per backfill and per unchanged repo (target 1),
+the wall time of a cold pass reading the whole history (as before), head-first one at a time
+and `--concurrency` at a time (the fake Hub waits `--latency-ms` per request, a network round
+trip), the warm pass, and peak memory. Runs on a throwaway SQLite database; the
 fake Hub runs as a separate process.
 `.venv/bin/python bench/bench_sync.py [--repos N]`
 """
@@ -110,7 +112,7 @@ def main() -> int:
 
         from registry.hub import HubClient
         from registry.models import HubModel, TemplateChange, TemplateVersion
-        from registry.sync import sync_repo_ids
+        from registry.sync import backfill_histories, sync_repo_ids
 
         call_command("migrate", verbosity=0)
         repo_ids = list(HubClient().iter_models(limit=args.repos, sort="downloads"))
@@ -125,7 +127,14 @@ def main() -> int:
 
         print(f"load average at start         {load_average()}")
         print(f"fake Hub latency              {args.latency_ms:.0f} ms a request")
-        # The cold pass one at a time (as before), then again `--concurrency` at a time.
+        # The whole bounded history at the first sync, as before head-first syncs (`force`
+        # walks it), one at a time: the same run's baseline.
+        track_afresh()
+        started = time.perf_counter()
+        full = sync_repo_ids(None, force=True)
+        full_seconds = time.perf_counter() - started
+        full_requests = repo_requests(url)
+        # Head-first cold passes, one at a time, then `--concurrency` at a time.
         track_afresh()
         started = time.perf_counter()
         sequential = sync_repo_ids(None)
@@ -139,12 +148,19 @@ def main() -> int:
         cold_requests = repo_requests(url)
         reset_log(url)
 
+        # The histories the first syncs left for later (beat's hub.backfill_history).
+        started = time.perf_counter()
+        backfilled = backfill_histories(len(repo_ids))
+        backfill_seconds = time.perf_counter() - started
+        backfill_requests = repo_requests(url)
+        reset_log(url)
+
         started = time.perf_counter()
         warm = sync_repo_ids(None, concurrency=args.concurrency)
         warm_seconds = time.perf_counter() - started
         peak = tracemalloc.get_traced_memory()[1] if args.trace_memory else 0
         tracemalloc.stop()
-        cold += sequential
+        cold += sequential + backfilled + full
         failed = [r for r in cold + warm if r.outcome == "failed"]
         unchanged = [r for r in warm if r.outcome == "unchanged"]
         warm_requests = repo_requests(url)
@@ -152,14 +168,24 @@ def main() -> int:
         print(f"template versions (deduped)   {TemplateVersion.objects.count()}")
         print(f"template changes recorded     {TemplateChange.objects.count()}")
         print(
+            f"cold, whole history (before)  {full_seconds:6.1f} s, {full_requests} requests "
+            f"({full_requests / len(repo_ids):.1f} per repo), one at a time"
+        )
+        print(
             f"cold sync, one at a time      {sequential_seconds:6.1f} s "
-            f"({len(repo_ids) / sequential_seconds:.0f} repos/s)"
+            f"({len(repo_ids) / sequential_seconds:.0f} repos/s, "
+            f"{full_seconds / sequential_seconds:.1f}x faster than the whole history)"
         )
         print(
             f"cold sync, {args.concurrency} at a time        {cold_seconds:6.1f} s, "
             f"{cold_requests} requests ({cold_requests / len(repo_ids):.1f} per repo, "
             f"{len(repo_ids) / cold_seconds:.0f} repos/s, "
-            f"{sequential_seconds / cold_seconds:.1f}x faster)"
+            f"{sequential_seconds / cold_seconds:.1f}x faster than one at a time, "
+            f"{full_seconds / cold_seconds:.1f}x than the whole history)"
+        )
+        print(
+            f"history backfill, afterwards  {backfill_seconds:6.1f} s, {backfill_requests} "
+            f"requests ({backfill_requests / len(repo_ids):.1f} per repo)"
         )
         print(
             f"warm sync (nothing changed)   {warm_seconds:6.1f} s, {warm_requests} requests "

@@ -56,7 +56,7 @@ View = TypeVar("View", bound=Callable[..., HttpResponse])
 #: on every sync (a sync time shown as "3 minutes ago", downloads, likes) where a page up to
 #: the TTL old is as good. An unchanged repo's sync writes only these.
 QUIET_FIELDS = frozenset(
-    {"last_synced_at", "template_files", "history_complete", "downloads", "likes"}
+    {"last_synced_at", "template_files", "history_complete", "history_from", "downloads", "likes"}
 )
 
 

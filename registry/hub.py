@@ -97,6 +97,8 @@ class RepoInfo:
     base_model: str
     gguf: bool
     files: dict[str, FileInfo] = field(default_factory=dict)
+    #: What the Hub summarises of config.json in model info (model type, architectures).
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,16 @@ def _base_model(card: Any) -> str:
     if isinstance(value, list):
         value = value[0] if value else None
     return _text(value, 200)
+
+
+#: The parts of the Hub's config summary the registry reads before it downloads config.json.
+CONFIG_SUMMARY_KEYS = ("model_type", "architectures", "quantization_config", "quantization")
+
+
+def _config_summary(config: Any) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        return {}
+    return {key: config[key] for key in CONFIG_SUMMARY_KEYS if key in config}
 
 
 def unavailable_status(err: HfHubHTTPError, *, about_repo: bool) -> RepoUnavailable | None:
@@ -280,6 +292,7 @@ class HubClient:
             base_model=_base_model(info.card_data),
             gguf=bool(info.gguf) or "gguf" in tags,
             files=files,
+            config=_config_summary(info.config),
         )
 
     @staticmethod

@@ -89,8 +89,10 @@ def claim_template_changes(*, ids: Iterable[int] | None = None, limit: int = 500
                 "model", "old_version", "new_version", "snapshot", "model__current_snapshot"
             )
         )
+        # A change the history backfill found is old news: checked, not announced.
         ModelEvent.objects.bulk_create(
-            [_template_event(change) for change in changes], ignore_conflicts=True
+            [_template_event(change) for change in changes if not change.backfilled],
+            ignore_conflicts=True,
         )
         events_recorded.send(sender=ModelEvent)
         wanted = {

@@ -6,6 +6,7 @@ transaction per repo, so a sync interrupted anywhere leaves either all of its ro
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -93,6 +94,8 @@ class Observation:
     gguf_files: list[dict[str, Any]] | None = None
     gguf_texts: dict[str, str] = field(default_factory=dict)
     gguf_facts: dict[str, Any] = field(default_factory=dict)
+    #: A first sync that read the head alone: the history before it waits for the backfill.
+    history_from: str = ""
 
 
 @dataclass
@@ -121,6 +124,9 @@ class _Walk:
     signature: dict[str, str] | None
     broken: str
     states: list[CommitTemplates] = field(default_factory=list)
+    #: Templates already read, by the signature of their files: a commit whose files have the
+    #: same ids holds the same templates, so they are not downloaded again.
+    known: dict[str, FoundTemplates] = field(default_factory=dict)
 
 
 def model_format(info: RepoInfo) -> str:
@@ -215,7 +221,11 @@ class RegistrySync:
         if not force and known == info.sha and model.status in SETTLED:
             return record_unchanged(model.pk, info)
         try:
-            observation = self.observe(model, info, incremental=bool(known) and not force)
+            if not known and not force and not gguf_paths(info.files):
+                # A new repo: its head now (template, verdict), its history later.
+                observation = self.observe_head(model, info)
+            else:
+                observation = self.observe(model, info, incremental=bool(known) and not force)
         except RepoUnavailable as gone:
             if info.gated and gone.status == ModelStatus.PRIVATE:
                 # A Hub that refuses a gated repo's files without saying "GatedRepo".
@@ -281,6 +291,93 @@ class RegistrySync:
             info=info,
         )
 
+    def observe_head(self, model: HubModel, info: RepoInfo) -> Observation:
+        """The head alone: its files from model info, its template files, and facts from the
+        Hub's config summary (config.json itself waits for the backfill unless nothing else
+        was downloaded: a download is what proves a gated repo lets us read it). Two or three
+        requests with model info, against one per commit and file for the whole history."""
+        repo_id = model.repo_id
+        listed = head_entries(info)
+        if listed is None:
+            listed = {e.path: e for e in self.client.list_folder(repo_id, info.sha)}
+        walk = _Walk(signature=None, broken="")
+        blobs: dict[str, bytes] = {}
+        head = CommitInfo(info.sha, info.last_modified, "")
+        self._observe_commit(repo_id, head, walk, blobs, listed)
+        facts: ArchitectureFacts | str
+        if blobs or walk.broken:
+            summary = json.dumps(info.config).encode() if info.config else None
+            facts = architecture_facts(summary, info.tags)
+        else:
+            facts = self._architecture(repo_id, info, blobs)
+        broken = walk.broken or (facts if isinstance(facts, str) else "")
+        signature: dict[str, Any] = {"commit": info.sha, "paths": walk.signature or {}}
+        config = info.files.get(CONFIG_JSON)
+        if config is not None and listed.get(CONFIG_JSON) is not None:
+            # For the backfill, which reads config.json at this head without listing it.
+            signature["config"] = {"id": config.content_id, "size": config.size}
+        return Observation(
+            head_sha=info.sha,
+            head_date=info.last_modified,
+            states=walk.states,
+            files_signature=signature,
+            incremental=False,
+            history_complete=False,
+            broken_reason=broken,
+            facts=facts if isinstance(facts, ArchitectureFacts) else None,
+            info=info,
+            history_from=info.sha,
+        )
+
+    def backfill(self, model: HubModel) -> SyncResult:
+        """Read the history before the head a first sync read alone (`history_from`), and
+        config.json at that head; record the changes found as backfilled (not announced)."""
+        start = model.history_from
+        if not start:
+            return SyncResult(model.repo_id, "unchanged", model.status)
+        window: list[CommitInfo] = []  # newest first; window[0] is `start`
+        complete = True
+        try:
+            for commit in self.client.iter_commits(model.repo_id, start):
+                window.append(commit)
+                if len(window) >= self.limit:  # the head counts, as in a full walk
+                    complete = False
+                    break
+            walk = _Walk(signature=None, broken="", known=_head_templates(model, start))
+            blobs: dict[str, bytes] = {}
+            for commit in reversed(window[1:]):
+                self._observe_commit(model.repo_id, commit, walk, blobs)
+            config = self._config_at(model, start)
+        except RepoUnavailable as gone:
+            return record_unavailable(model.pk, gone.status, gone.reason, None)
+        except HubUnavailable as err:
+            record_failure(model.pk, str(err))
+            raise
+        title = window[0].title if window else ""
+        return record_history(model.pk, start, title, walk.states, complete, config)
+
+    def _config_at(self, model: HubModel, revision: str) -> ArchitectureFacts | None:
+        """Facts from config.json at `revision`: where the first sync saw it, one download."""
+        files = model.template_files if isinstance(model.template_files, dict) else {}
+        seen = files.get("config") if files.get("commit") == revision else None
+        if isinstance(seen, dict):
+            size = seen.get("size")
+            entry: FileInfo | None = FileInfo(
+                CONFIG_JSON, size if isinstance(size, int) else None, str(seen.get("id") or "")
+            )
+        elif files.get("commit") == revision and "paths" in files:
+            entry = None  # the first sync saw the head's files: no config.json there
+        else:
+            listed = self.client.list_folder(model.repo_id, revision)
+            entry = next((e for e in listed if e.path == CONFIG_JSON), None)
+        if entry is None:
+            return None
+        try:
+            data = self._fetch(model.repo_id, revision, entry, {})
+            return architecture_facts(data, [])
+        except BrokenRepo:
+            return None
+
     def _observe_gguf(self, model: HubModel, info: RepoInfo) -> Observation:
         """A GGUF repo: the templates its files embed at the head (what llama.cpp uses), not
         the history of its tokenizer files; a later sync records the changes it sees."""
@@ -323,6 +420,13 @@ class RegistrySync:
         if signature == walk.signature:
             return
         walk.signature = signature
+        key = json.dumps(signature, sort_keys=True)
+        if key in walk.known and signature:
+            walk.broken = ""
+            walk.states.append(
+                CommitTemplates(commit, walk.known[key], entries.get(TOKENIZER_JSON))
+            )
+            return
         try:
             files = self._template_files(repo_id, commit.sha, entries, blobs)
             found = find_templates(files)
@@ -429,6 +533,54 @@ def _snapshot(
     return snapshot
 
 
+@dataclass
+class _Changes:
+    """Where a walk over recorded states ended, and the changes it created."""
+
+    created: list[TemplateChange]
+    identity: Identity
+    version: TemplateVersion | None
+    snapshot: TemplateSnapshot | None
+
+
+def _record_changes(
+    model: HubModel,
+    states: list[CommitTemplates],
+    current: TemplateSnapshot | None,
+    versions: dict[str, TemplateVersion],
+    *,
+    backfilled: bool = False,
+) -> _Changes:
+    """Snapshots of `states` (oldest first) and a TemplateChange wherever the templates differ
+    from the state before (the first from `current`)."""
+    walked = _Changes(
+        [], _identity_of(current), current.default_template if current else None, current
+    )
+    for state in states:
+        snapshot = _snapshot(model, state, versions) if state.found is not None else None
+        walked.snapshot = snapshot
+        new_identity = _identity(state.found)
+        if new_identity == walked.identity:
+            continue
+        new_version = snapshot.default_template if snapshot is not None else None
+        change, was_created = TemplateChange.objects.get_or_create(
+            model=model,
+            commit_sha=state.commit.sha,
+            defaults={
+                "committed_at": state.commit.date,
+                "title": state.commit.title,
+                "old_version": walked.version,
+                "new_version": new_version,
+                "snapshot": snapshot,
+                "backfilled": backfilled,
+            },
+        )
+        if was_created:
+            walked.created.append(change)
+        walked.identity, walked.version = new_identity, new_version
+    return walked
+
+
 def record(model_pk: int, observation: Observation) -> SyncResult:
     """Write what a sync observed, all or nothing; send template_changed after commit."""
     with transaction.atomic():
@@ -445,31 +597,9 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
             current = TemplateSnapshot.objects.select_related("default_template").get(
                 pk=model.current_snapshot_id
             )
-        identity = _identity_of(current)
-        version = current.default_template if current is not None else None
-        snapshot = current
         versions: dict[str, TemplateVersion] = {}
-        created: list[TemplateChange] = []
-        for state in observation.states:
-            snapshot = _snapshot(model, state, versions) if state.found is not None else None
-            new_identity = _identity(state.found)
-            if new_identity == identity:
-                continue
-            new_version = snapshot.default_template if snapshot is not None else None
-            change, was_created = TemplateChange.objects.get_or_create(
-                model=model,
-                commit_sha=state.commit.sha,
-                defaults={
-                    "committed_at": state.commit.date,
-                    "title": state.commit.title,
-                    "old_version": version,
-                    "new_version": new_version,
-                    "snapshot": snapshot,
-                },
-            )
-            if was_created:
-                created.append(change)
-            identity, version = new_identity, new_version
+        walked = _record_changes(model, observation.states, current, versions)
+        created, identity, snapshot = walked.created, walked.identity, walked.snapshot
 
         values: dict[str, Any] = {
             "template_files": observation.files_signature,
@@ -481,6 +611,8 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
             values["current_snapshot"] = snapshot
         if observation.history_complete is not None:
             values["history_complete"] = observation.history_complete
+        if observation.history_from:
+            values["history_from"] = observation.history_from
         if observation.info is not None:
             values |= metadata_fields(observation.info)
         else:
@@ -524,6 +656,111 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
 
 def _announce(change_id: int) -> None:
     template_changed.send(sender=TemplateChange, change_id=change_id)
+
+
+def _head_templates(model: HubModel, start: str) -> dict[str, FoundTemplates]:
+    """The templates the first sync read at `start`, by the signature of their files."""
+    files = model.template_files if isinstance(model.template_files, dict) else {}
+    snapshot = (
+        TemplateSnapshot.objects.select_related("default_template")
+        .filter(model=model, commit_sha=start)
+        .first()
+    )
+    if files.get("commit") != start or snapshot is None or not files.get("paths"):
+        return {}
+    named = {n.name: n.version.text for n in snapshot.named_templates.select_related("version")}
+    found = FoundTemplates(
+        snapshot.source_file,
+        snapshot.default_template.text,
+        named,
+        dict(snapshot.special_tokens),
+    )
+    return {json.dumps(files["paths"], sort_keys=True): found}
+
+
+def record_history(
+    model_pk: int,
+    start: str,
+    title: str,
+    states: list[CommitTemplates],
+    complete: bool,
+    facts: ArchitectureFacts | None,
+) -> SyncResult:
+    """Write the history a backfill found before `start` (the head a first sync read alone),
+    all or nothing. Its changes are backfilled: checked, not announced. The head's "first
+    template" change becomes the change it really was, or goes if the head changed nothing."""
+    with transaction.atomic():
+        model = HubModel.objects.select_for_update().get(pk=model_pk)
+        if model.history_from != start:
+            return SyncResult(model.repo_id, "unchanged", model.status)  # done already
+        walked = _record_changes(model, states, None, {}, backfilled=True)
+        created, identity, version = walked.created, walked.identity, walked.version
+        head = TemplateSnapshot.objects.filter(model=model, commit_sha=start).first()
+        head_change = TemplateChange.objects.filter(model=model, commit_sha=start).first()
+        if _identity_of(head) == identity:
+            if head_change is not None and head_change.old_version_id is None:
+                head_change.delete()  # the template was there before: the head kept it
+        elif head_change is not None and head_change.old_version_id is None:
+            head_change.old_version = version
+            head_change.title = head_change.title or title
+            head_change.save(update_fields=["old_version", "title"])
+        elif head_change is None:
+            created.append(
+                TemplateChange.objects.create(
+                    model=model,
+                    commit_sha=start,
+                    committed_at=head.committed_at if head else None,
+                    title=title,
+                    old_version=version,
+                    new_version=head.default_template if head else None,
+                    snapshot=head,
+                    backfilled=True,
+                )
+            )
+        values: dict[str, Any] = {"history_from": "", "history_complete": complete}
+        if facts is not None:
+            values |= facts_fields(facts)
+        latest = model.changes.exclude(committed_at=None).order_by("-committed_at").first()
+        if latest is not None:
+            values["last_template_change_at"] = latest.committed_at
+        changed = _assign(model, values)
+        model.save(update_fields=changed)
+        for change in created:
+            transaction.on_commit(partial(_announce, change.pk))  # checks; no event (backfilled)
+        # A base's older templates are known now: a derivative that copied one is "older".
+        drifted = refresh_drift(model)
+        catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
+        record_stale_fixes([model.pk, *drifted])
+    return SyncResult(model.repo_id, "updated", model.status, len(created), "history")
+
+
+def backfill_histories(
+    limit: int,
+    *,
+    seconds: float | None = None,
+    client: HubClient | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    model_ids: list[int] | None = None,
+) -> list[SyncResult]:
+    """Backfill the histories first syncs left for later (of `model_ids` if given), oldest
+    first, within `seconds`; stops when the Hub rate-limits us."""
+    syncer = RegistrySync(client)
+    deadline = clock() + seconds if seconds is not None else None
+    results = []
+    waiting = HubModel.objects.exclude(history_from="")
+    if model_ids is not None:
+        waiting = waiting.filter(pk__in=model_ids)
+    waiting = waiting.order_by("tracked_at", "id")[:limit]
+    for model in waiting:
+        if deadline is not None and clock() >= deadline:
+            break
+        try:
+            results.append(syncer.backfill(model))
+        except HubUnavailable as err:
+            results.append(SyncResult(model.repo_id, "failed", model.status, message=str(err)))
+            if err.retry_after is not None:
+                break
+    return results
 
 
 def record_unchanged(model_pk: int, info: RepoInfo) -> SyncResult:
@@ -626,15 +863,22 @@ def sync_repo_ids(
     force: bool = False,
     client: HubClient | None = None,
     concurrency: int = 1,
+    history: bool = False,
 ) -> list[SyncResult]:
-    """Sync the named repos (tracking the untracked ones), or every tracked Hub repo."""
+    """Sync the named repos (tracking the untracked ones), or every tracked Hub repo; with
+    `history`, then backfill the history of those a first sync read the head of."""
     if repo_ids:
         models = [HubModel.objects.track(r, via="track")[0] for r in repo_ids]
     else:
         models = list(HubModel.objects.stalest())
     if concurrency <= 1:
         client = client or HubClient()  # one client for the whole run
-    return sync_concurrently(models, concurrency=concurrency, client=client, force=force)
+    results = sync_concurrently(models, concurrency=concurrency, client=client, force=force)
+    if history:
+        # What the first syncs left for later, now: a command's caller wants the whole story.
+        pending = [m.pk for m in models]
+        results += backfill_histories(len(pending), client=client, model_ids=pending)
+    return results
 
 
 def sync_stalest(

@@ -23,7 +23,7 @@ from .hub import HubUnavailable
 from .jobs import single_running
 from .models import CheckRun, CheckStatus, DiscoveryRun, HubModel, ProbeRun, ProbeState
 from .probes import store_report
-from .sync import RegistrySync, sync_stalest
+from .sync import RegistrySync, backfill_histories, sync_stalest
 from .tokenizer_files import TokenizerUnavailable, tokenizer_text
 from .watching import refresh_watches as refresh_all_watches
 
@@ -186,6 +186,14 @@ def sync_stalest_repos(limit: int = 200) -> int:
     return _single_running(
         "hub.sync_stalest",
         lambda: len(sync_stalest(limit, seconds=BATCH_SECONDS, concurrency=concurrency)),
+    )
+
+
+@shared_task(name="hub.backfill_history", **BATCH_OPTIONS)
+def backfill_history(limit: int = 100) -> int:
+    """Read the histories that first syncs left for later (a new repo's verdict comes first)."""
+    return _single_running(
+        "hub.backfill_history", lambda: len(backfill_histories(limit, seconds=BATCH_SECONDS))
     )
 
 

@@ -16,6 +16,7 @@ from registry import discovery
 from registry.hub import HubClient
 from registry.models import DiscoveryRun, HubModel, ModelStatus, Watch
 from registry.signals import discovery_requested
+from registry.sync import backfill_histories
 from tests.fakehub import FakeHub
 from tests.fakehub.derived import build_discovery_hub
 from tests.fakehub.fixtures import Sleeps, fake_hub, hub_settings, sleeps
@@ -60,6 +61,15 @@ def test_a_discovery_run_tracks_every_chat_model_and_syncs_them_concurrently(
     assert [r for r in results if r.outcome == "failed"] == []
     state = discovery.progress(DiscoveryRun.objects.get(pk=run.pk))
     assert state.done and state.read == len(expected)
+    # First syncs read heads only: a base's older templates are not known yet, so a copy of
+    # one reads as edited until the backfill has read the base's history.
+    before = dict(HubModel.objects.values_list("repo_id", "drift"))
+    assert "older" not in before.values()
+    sync_requests = len(hub.requests())
+    backfilled = backfill_histories(1000)
+    assert len(backfilled) == len(expected) - len(
+        [r for r in expected if HubModel.objects.get(repo_id=r).format == "gguf"]
+    )
 
     models = {m.repo_id: m for m in HubModel.objects.all()}
     # Formats from the files; GGUF repos judged by their embedded template.
@@ -79,14 +89,16 @@ def test_a_discovery_run_tracks_every_chat_model_and_syncs_them_concurrently(
     assert mlx_kinds == {"same", "older"}  # older where the base changed its template later
     assert drift["orphan/lost-base-4bit"] == "" and drift["self/loop"] == ""
 
-    # Requests per new repo, counted at the fake Hub: safetensors repos one info, one tree
-    # and commits each, GGUF repos one info, one `expand=gguf` and one range request per file.
+    # Requests per new repo's first sync, counted at the fake Hub: model info and the template
+    # files at the head (at most 3), or for GGUF one info, one `expand=gguf` and one range
+    # request per file.
     per_repo: dict[str, int] = {}
-    for entry in hub.requests():
+    for entry in hub.requests()[:sync_requests]:
         if entry.repo_id:
             per_repo[entry.repo_id] = per_repo.get(entry.repo_id, 0) + 1
     for model in gguf:
         assert per_repo[model.repo_id] == 2 + len(model.gguf_files)
+    assert max(per_repo[m.repo_id] for m in models.values() if m.format != "gguf") <= 3
 
     # A second run finds nothing new.
     again = discovery.discover(client_factory(), trigger="command", queue_syncs=False)

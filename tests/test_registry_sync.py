@@ -24,6 +24,7 @@ from registry.models import (
     TemplateSnapshot,
     TemplateVersion,
 )
+from registry.pipeline import claim_template_changes
 from registry.signals import template_changed
 from registry.sync import RegistrySync, SyncResult
 from tests.fakehub import FakeHub, load_corpus
@@ -44,9 +45,15 @@ def syncer(hub_settings: Any, sleeps: Sleeps) -> RegistrySync:
 
 @pytest.fixture
 def sync(syncer: RegistrySync) -> Callable[..., SyncResult]:
+    """A sync as `sync_hub` runs it: a new repo's head, then the history before it."""
+
     def run(repo_id: str, **options: Any) -> SyncResult:
         model, _ = HubModel.objects.track(repo_id, via="track")
-        return syncer.sync(model, **options)
+        result = syncer.sync(model, **options)
+        model.refresh_from_db()
+        if model.history_from:
+            syncer.backfill(model)
+        return result
 
     return run
 
@@ -539,20 +546,72 @@ def test_a_bare_404_on_a_file_is_retried_later_not_a_missing_repo(
     assert sync("org/cdn-hiccup").status == ModelStatus.OK
 
 
-def test_the_heads_files_come_from_model_info_not_a_tree_listing(
-    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+def test_a_new_repo_is_read_head_first_in_two_requests_then_its_history(
+    fake_hub: FakeHub, syncer: RegistrySync
 ) -> None:
     upload(fake_hub, "org/head", {"tokenizer_config.json": tc(CHATML), "config.json": b"{}"})
-    fake_hub.reset_log()
-    assert sync("org/head").status == ModelStatus.OK
-    paths = [r.path for r in fake_hub.requests("org/head")]
+    fake_hub.store.add_commit("org/head", {"tokenizer_config.json": tc(TOOLS)}, "Add tools")
     repo = fake_hub.store.get("org/head")
     assert repo is not None
-    # Model info, the commits, the initial commit's tree only, then the two files.
-    assert [p for p in paths if "/tree/" in p] == [
-        f"/api/models/org/head/tree/{repo.commits[0].sha}"
+    model, _ = HubModel.objects.track("org/head", via="track")
+    fake_hub.reset_log()
+    assert syncer.sync(model).status == ModelStatus.OK
+    # Model info (its siblings stand in for the head's tree), then the template file: the
+    # verdict can start. config.json, the commits and the older trees wait for the backfill.
+    assert [r.path for r in fake_hub.requests("org/head")] == [
+        "/api/models/org/head",
+        f"/org/head/resolve/{repo.head.sha}/tokenizer_config.json",
     ]
-    assert len(paths) == 5
+    model.refresh_from_db()
+    assert model.history_from == repo.head.sha and model.history_complete is False
+    first = TemplateChange.objects.get(model=model)
+    assert first.old_version is None and not first.backfilled  # announced: a new template
+
+    fake_hub.reset_log()
+    assert syncer.backfill(model).changes == 1
+    model.refresh_from_db()
+    assert model.history_from == "" and model.history_complete is True
+    changes = list(TemplateChange.objects.filter(model=model).order_by("committed_at"))
+    # The upload brought CHATML (found now, backfilled); the head's change is now CHATML →
+    # TOOLS, as it really was.
+    assert [c.commit_sha for c in changes] == [repo.commits[1].sha, repo.head.sha]
+    assert changes[0].backfilled and changes[0].new_version is not None
+    assert changes[0].new_version.text == CHATML
+    assert changes[1].old_version == changes[0].new_version
+    assert changes[1].title == "Add tools"
+    backfill = [r.path for r in fake_hub.requests("org/head")]
+    assert backfill[0].startswith("/api/models/org/head/commits/")
+    # The two older commits' trees, the upload's template file, and config.json at the head
+    # (seen in the first sync's model info: not listed again).
+    assert sum("/tree/" in p for p in backfill) == 2
+    assert [p.rsplit("/", 1)[-1] for p in backfill if "/resolve/" in p] == [
+        "tokenizer_config.json",
+        "config.json",
+    ]
+    # Backfilled changes are checked but not announced: no template event for them.
+    claim_template_changes(ids=[c.pk for c in changes])
+    assert set(ModelEvent.objects.values_list("data__change_id", flat=True)) == {changes[1].pk}
+
+
+def test_a_head_that_kept_an_older_template_loses_its_first_template_change(
+    fake_hub: FakeHub, syncer: RegistrySync
+) -> None:
+    upload(fake_hub, "org/kept", {"tokenizer_config.json": tc(CHATML)})
+    fake_hub.store.add_commit("org/kept", {"README.md": "# card"}, "Update README.md")
+    model, _ = HubModel.objects.track("org/kept", via="track")
+    syncer.sync(model)
+    model.refresh_from_db()
+    syncer.backfill(model)
+    repo = fake_hub.store.get("org/kept")
+    assert repo is not None
+    (change,) = TemplateChange.objects.filter(model=model)
+    assert change.commit_sha == repo.commits[1].sha  # the upload, not the README commit
+    assert HubModel.objects.get(pk=model.pk).last_template_change_at == repo.commits[1].date
+
+
+def test_the_heads_files_come_from_model_info_unless_named_templates(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
     # A folder of named templates has a tree id only a listing gives: the head is listed.
     upload(
         fake_hub,

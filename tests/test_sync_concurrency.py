@@ -28,7 +28,8 @@ def test_eight_repos_four_at_a_time_all_sync_once(
     fake_hub.reset_log()
     call_command("sync_hub", *[f"org/m{n}" for n in range(8)], "--concurrency", "4")
     assert set(HubModel.objects.values_list("status", flat=True)) == {ModelStatus.OK}
-    # Every repo read once: model info, commits, one tree, one file.
+    # Every repo read once: model info and the template file at its head, then (the command
+    # backfills) the commits and the initial commit's tree.
     per_repo: dict[str, int] = {}
     for entry in fake_hub.requests():
         per_repo[str(entry.repo_id)] = per_repo.get(str(entry.repo_id), 0) + 1

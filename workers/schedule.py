@@ -37,6 +37,8 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
     ScheduledJob("Queue probes for the Mac worker", "workers.request_due_probes", 300, {}),
     ScheduledJob("Forget silent workers", "workers.prune_heartbeats", 86400, {}),
     ScheduledJob("Sync the stalest Hub repos", "hub.sync_stalest", 600, {"limit": 200}),
+    # A new repo's first sync reads its head only; its history follows here.
+    ScheduledJob("Backfill new repos' history", "hub.backfill_history", 120, {"limit": 100}),
     ScheduledJob("Track new repos of watches", "hub.refresh_watches", 3600, {"limit": 50}),
     # Runs only when due (DISCOVERY_EVERY_HOURS since the last run; 0 turns it off).
     ScheduledJob("Discover the Hub's most used chat models", "hub.discover", 3600, {}),

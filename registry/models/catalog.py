@@ -189,6 +189,9 @@ class HubModel(models.Model):
     template_files = models.JSONField(default=dict, blank=True)
     #: The backfilled history reaches the repo's first commit (else it stops at the bound).
     history_complete = models.BooleanField(default=False)
+    #: The head a first sync read alone (its template and verdict come first); the history
+    #: before it waits for the backfill (`hub.backfill_history`). Empty: nothing waits.
+    history_from = models.CharField(max_length=40, blank=True, db_index=True)
     #: Why the last sync attempt failed (Hub down, rate limited, …); empty after a success.
     sync_error = models.TextField(blank=True)
     #: When that attempt failed; None after a success.
@@ -317,6 +320,8 @@ class TemplateChange(models.Model):
         TemplateSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     detected_at = models.DateTimeField(default=timezone.now)
+    #: Found by the history backfill: old news, checked but not announced as an event.
+    backfilled = models.BooleanField(default=False)
     #: Set by the one task that won the claim: UPDATE … WHERE claimed IS NULL.
     checks_claimed_at = models.DateTimeField(null=True, blank=True)
     alerts_claimed_at = models.DateTimeField(null=True, blank=True)

@@ -22,6 +22,11 @@ class Command(BaseCommand):
             "--force", action="store_true", help="re-read the bounded history even if unchanged"
         )
         parser.add_argument(
+            "--head-only",
+            action="store_true",
+            help="read new repos' heads only; their history is left to the beat backfill",
+        )
+        parser.add_argument(
             "--concurrency",
             type=int,
             default=1,
@@ -36,14 +41,19 @@ class Command(BaseCommand):
         if not 1 <= options["concurrency"] <= 32:
             raise CommandError("--concurrency must be between 1 and 32")
         results = sync_repo_ids(
-            repo_ids or None, force=options["force"], concurrency=options["concurrency"]
+            repo_ids or None,
+            force=options["force"],
+            concurrency=options["concurrency"],
+            history=not options["head_only"],
         )
         for result in results:
             self.stdout.write(result.line())
         failed = [r for r in results if r.outcome == "failed"]
         if failed:
             raise CommandError(
-                f"{len(failed)} of {len(results)} repo(s) could not be synced from "
+                f"{len(failed)} of {len({r.repo_id for r in results})} repo(s) could not be "
+                "synced from "
                 f"{settings.HF_ENDPOINT}; run again later"
             )
-        self.stdout.write(f"synced {len(results)} repo(s) from {settings.HF_ENDPOINT}")
+        repos = len({r.repo_id for r in results})
+        self.stdout.write(f"synced {repos} repo(s) from {settings.HF_ENDPOINT}")
