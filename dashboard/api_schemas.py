@@ -557,6 +557,9 @@ class TrackedModel(Strict):
     template: CurrentTemplate | None
     history: list[TemplateChange]
     history_complete: bool
+    history_pending: bool = Field(
+        description="A first sync read the head only: the history before it is being read"
+    )
 
 
 class CatalogVariant(Strict):

@@ -78,4 +78,5 @@ def model_json(model: HubModel) -> dict[str, Any]:
         "template": template_json(snapshot),
         "history": [change_json(c) for c in changes],
         "history_complete": model.history_complete,
+        "history_pending": bool(model.history_from),
     }
