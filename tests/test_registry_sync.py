@@ -623,3 +623,25 @@ def test_the_heads_files_come_from_model_info_unless_named_templates(
     named = fake_hub.store.get("org/named")
     assert named is not None
     assert any(r.path.endswith(f"/tree/{named.head.sha}") for r in fake_hub.requests("org/named"))
+
+
+def test_a_head_that_moved_before_the_backfill_keeps_both_changes(
+    fake_hub: FakeHub, syncer: RegistrySync
+) -> None:
+    first = upload(fake_hub, "org/moved", {"tokenizer_config.json": tc(CHATML)})
+    model, _ = HubModel.objects.track("org/moved", via="track")
+    syncer.sync(model)  # head first, at `first`
+    second = fake_hub.store.add_commit("org/moved", {"tokenizer_config.json": tc(TOOLS)}, "Tools")
+    model.refresh_from_db()
+    syncer.sync(model)  # the head moved: read from it back to `first`, announced as usual
+    model.refresh_from_db()
+    assert model.history_from == first
+    syncer.backfill(model)  # from `first` back: nothing before it had a template
+    model.refresh_from_db()
+    assert model.history_from == "" and model.history_complete is True
+    assert model.current_snapshot is not None
+    assert model.current_snapshot.default_template.text == TOOLS
+    changes = {c.commit_sha: c for c in TemplateChange.objects.filter(model=model)}
+    assert set(changes) == {first, second.sha}
+    assert changes[first].old_version is None and not changes[first].backfilled
+    assert changes[second.sha].old_version == changes[first].new_version
