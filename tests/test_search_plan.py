@@ -88,3 +88,35 @@ def test_a_base_page_finds_its_derivatives_through_an_index() -> None:
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "hubmodel_base_model_upper" in plan, plan
+
+
+def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the word index exists on PostgreSQL only")
+    many_models(6000)
+    HubModel.objects.bulk_create(
+        [
+            HubModel(repo_id="acme/Okapi-27B", author="acme", downloads=1),
+            HubModel(repo_id="acme/okapi-7b-zq", author="acme", downloads=1),
+            HubModel(repo_id="acme/Q2-tiny", author="acme", tags=["ZqTag"], downloads=1),
+        ]
+    )
+
+    def found(q: str) -> set[str]:
+        return set(HubModel.objects.search(q).values_list("repo_id", flat=True))
+
+    assert found("zq") == {"acme/okapi-7b-zq", "acme/Q2-tiny"}  # a word, and a tag's start
+    assert "acme/Okapi-27B" not in found("7b")  # inside a word: not a match for 2 characters
+    assert "acme/okapi-7b-zq" in found("7b")
+    assert found("okapi 7b") == {"acme/okapi-7b-zq"}  # mixed with a trigram term
+    assert found("q2") == {"acme/Q2-tiny"}
+    assert "acme/Q2-tiny" in found("q")
+    # A short term that is not letters and digits still matches anywhere, as before.
+    assert found("-z") == {"acme/okapi-7b-zq"}
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        sql, params = CatalogQuery(q="zq").models().query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "dashboard_search_words_gin" in plan, plan
+    assert "Seq Scan on registry_hubmodel" not in plan, plan

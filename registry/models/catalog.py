@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Concat, Lower, Upper
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from checks.reports import VERDICT_LABELS
@@ -132,16 +134,32 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
         """Models whose repo id, family, model type or tags contain every term (any case).
 
         One generated, lower-cased column (`search_text`) holds all four, so one trigram index
-        serves every term on PostgreSQL (dashboard migration 0003): `LIKE '%term%'` on it.
+        serves every term on PostgreSQL (dashboard migration 0005): `LIKE '%term%'` on it. On
+        PostgreSQL a term of one or two letters or digits matches the start of a word instead
+        (`search_words`, dashboard migration 0006): "7b" finds "qwen2-7b", not "27b".
         """
         found = self
+        words = connection.vendor == "postgresql"
         for term in query.lower().split()[:SEARCH_TERMS]:
-            found = found.filter(search_text__contains=term)
+            word = re.sub(r"[^a-z0-9]+", "", term)
+            if words and len(term) < SHORT_TERM and word == term:
+                # No trigram in one or two characters: the start of a word, from the word
+                # index (dashboard migration 0006) rather than a scan of every row.
+                prefix = RawSQL(
+                    "search_words @@ to_tsquery('simple', %s)",
+                    (f"{word}:*",),
+                    output_field=models.BooleanField(),
+                )
+                found = found.filter(Exact(prefix, True))
+            else:
+                found = found.filter(search_text__contains=term)
         return found
 
 
 #: More words than this in one search add nothing but cost: the rest are ignored.
 SEARCH_TERMS = 8
+#: Terms shorter than a trigram match the start of a word (PostgreSQL) instead of anywhere.
+SHORT_TERM = 3
 
 
 class HubModel(models.Model):
