@@ -30,8 +30,9 @@ logger = logging.getLogger(__name__)
 MAX_RECORDED = 10_000
 
 
-def discovery_watches() -> list[Watch]:
-    """The watches the discovery settings stand for; ones left from older settings go."""
+def discovery_watches(limit: int | None = None) -> list[Watch]:
+    """The watches the discovery settings stand for (`limit` repos a query, else
+    DISCOVERY_LIMIT); ones left from older settings go."""
     watches = []
     for sort in settings.DISCOVERY_SORTS:
         for pipeline_tag in settings.DISCOVERY_PIPELINE_TAGS:
@@ -42,7 +43,7 @@ def discovery_watches() -> list[Watch]:
                 pipeline_tag=pipeline_tag,
                 tags=settings.DISCOVERY_TAGS,
                 sort=sort,
-                limit=settings.DISCOVERY_LIMIT,
+                limit=limit or settings.DISCOVERY_LIMIT,
                 defaults={"discovery": True},
             )
             watches.append(watch)
@@ -56,6 +57,7 @@ def discover(
     trigger: str,
     run: DiscoveryRun | None = None,
     queue_syncs: bool = True,
+    limit: int | None = None,
 ) -> DiscoveryRun:
     """List the discovery queries and track what is new; never raises for the Hub (the run
     records why it stopped). New repos' first syncs are queued unless `queue_syncs` is off."""
@@ -64,7 +66,7 @@ def discover(
     listed: set[str] = set()
     new: list[str] = []
     error = ""
-    for watch in discovery_watches():
+    for watch in discovery_watches(limit):
         try:
             found, fresh = watch_results(watch, client, via="discovery", queue_syncs=queue_syncs)
         except (HubUnavailable, RepoUnavailable) as err:

@@ -41,6 +41,7 @@ __all__ = [
     "BrokenRepo",
     "FoundTemplates",
     "architecture_facts",
+    "config_facts",
     "find_templates",
     "sha256_text",
 ]
@@ -187,6 +188,11 @@ def architecture_facts(config_bytes: bytes | None, tags: list[str]) -> Architect
         config = parse_json_object(decode_text(config_bytes, CONFIG_JSON), CONFIG_JSON)
     except SourceError as err:
         raise BrokenRepo(str(err)) from None
+    return config_facts(config, tags)
+
+
+def config_facts(config: dict[str, Any], tags: list[str]) -> ArchitectureFacts:
+    """The same facts from a parsed config (or the Hub's summary of one)."""
     configs = [config] + [c for key in NESTED_CONFIGS if isinstance(c := config.get(key), dict)]
     architectures = config.get("architectures")
     return ArchitectureFacts(

@@ -45,6 +45,7 @@ from .repo_files import (
     BrokenRepo,
     FoundTemplates,
     architecture_facts,
+    config_facts,
     find_templates,
     sha256_text,
 )
@@ -306,8 +307,7 @@ class RegistrySync:
         self._observe_commit(repo_id, head, walk, blobs, listed)
         facts: ArchitectureFacts | str
         if blobs or walk.broken:
-            summary = json.dumps(info.config).encode() if info.config else None
-            facts = architecture_facts(summary, info.tags)
+            facts = config_facts(info.config, info.tags)
         else:
             facts = self._architecture(repo_id, info, blobs)
         broken = walk.broken or (facts if isinstance(facts, str) else "")
@@ -822,6 +822,8 @@ def sync_concurrently(
     next run). One at a time, everything runs in the calling thread."""
     stop = threading.Event()
     threaded = concurrency > 1
+    if not threaded:
+        client = client or HubClient()  # one client for the whole run
 
     def one(model: HubModel) -> SyncResult | None:
         if stop.is_set() or (deadline is not None and clock() >= deadline):
@@ -871,8 +873,6 @@ def sync_repo_ids(
         models = [HubModel.objects.track(r, via="track")[0] for r in repo_ids]
     else:
         models = list(HubModel.objects.stalest())
-    if concurrency <= 1:
-        client = client or HubClient()  # one client for the whole run
     results = sync_concurrently(models, concurrency=concurrency, client=client, force=force)
     if history:
         # What the first syncs left for later, now: a command's caller wants the whole story.
@@ -893,8 +893,6 @@ def sync_stalest(
     the Hub rate-limits us (the rest wait for the next run)."""
     deadline = clock() + seconds if seconds is not None else None
     models = list(HubModel.objects.stalest()[:limit])
-    if concurrency <= 1:
-        client = client or HubClient()
     return sync_concurrently(
         models, concurrency=concurrency, client=client, deadline=deadline, clock=clock
     )

@@ -146,11 +146,12 @@ def test_an_unreachable_hub_is_recorded_and_the_demo_page_says_how_to_connect(
 def test_the_command_syncs_the_new_repos_itself_with_sync(
     hub: FakeHub, settings: Any, client: Client
 ) -> None:
-    settings.DISCOVERY_LIMIT = 15
     out = io.StringIO()
-    call_command("discover", "--sync", "--concurrency", "3", stdout=out)
+    call_command("discover", "--sync", "--concurrency", "3", "--limit", "15", stdout=out)
     text = out.getvalue()
     new = DiscoveryRun.objects.get().new
+    assert 15 <= new <= 4 * 15  # four queries of at most 15, some overlapping
+    assert settings.DISCOVERY_LIMIT == 1000  # the option is for this run only
     assert f"{new} new, now tracked" in text
     assert f"{new} of {new} new repos read" in text
     assert not HubModel.objects.filter(status=ModelStatus.PENDING).exists()

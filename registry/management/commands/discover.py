@@ -31,13 +31,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not 1 <= options["concurrency"] <= 16:
             raise CommandError("--concurrency must be between 1 and 16")
-        if options["limit"] is not None:
-            if not 1 <= options["limit"] <= 10_000:
-                raise CommandError("--limit must be between 1 and 10000")
-            settings.DISCOVERY_LIMIT = options["limit"]
+        if options["limit"] is not None and not 1 <= options["limit"] <= 10_000:
+            raise CommandError("--limit must be between 1 and 10000")
         client = HubClient()
         self.stdout.write(f"Asking {client.endpoint} for the most used chat models …")
-        run = discover(client, trigger="command", queue_syncs=not options["sync"])
+        run = discover(
+            client, trigger="command", queue_syncs=not options["sync"], limit=options["limit"]
+        )
         self.stdout.write(f"{run.listed} repos listed, {run.new} new, now tracked")
         if run.error:
             raise CommandError(run.error)
