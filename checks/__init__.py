@@ -7,17 +7,15 @@ A library with no Django imports. `check_template` checks one source in the sand
 from __future__ import annotations
 
 import hashlib
+import importlib
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from checks.diagnose import ClientRequest, RequestError, parse_text, read_requests
-from checks.engine import ENGINE_VERSION, CheckOptions, error_report
-from checks.pairs import PairRequest, PairUnavailable
-from checks.reports import TemplateReport
+from checks.options import ENGINE_VERSION, CheckOptions
+from checks.reports import TemplateReport, error_report
 from checks.results_cache import (
     DirectoryResultCache,
     MemoryResultCache,
@@ -32,6 +30,32 @@ from checks.sources import (
     load_source,
     sha256_text,
 )
+
+if TYPE_CHECKING:
+    from checks.diagnose import ClientRequest, RequestError, parse_text, read_requests
+    from checks.pairs import PairRequest, PairUnavailable
+
+# Imported on first use: the engine, Jinja and the diagnosis cost a tenth of a second, and the
+# CLI pays it before it can start its sandbox workers, which pay it again. The parent of a
+# sandbox pool never renders a template.
+_LAZY = {
+    "ClientRequest": "checks.diagnose",
+    "RequestError": "checks.diagnose",
+    "parse_text": "checks.diagnose",
+    "read_requests": "checks.diagnose",
+    "PairRequest": "checks.pairs",
+    "PairUnavailable": "checks.pairs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'checks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ENGINE_VERSION",
@@ -216,10 +240,23 @@ def check_templates(
     inputs: Sequence[CheckInput] = [
         item if isinstance(item, CheckInput) else as_input(item, None, None) for item in items
     ]
+    from concurrent.futures import ThreadPoolExecutor  # with logging: 8 ms a sandbox worker
+
+    # Longest first (by template text, which tracks the check's time): the last jobs to start
+    # are short, so the workers finish together instead of one waiting on a big template.
+    order = sorted(range(len(inputs)), key=lambda i: -_size(inputs[i]))
+    reports: list[TemplateReport | None] = [None] * len(inputs)
     with ThreadPoolExecutor(max_workers=pool.size) as executor:
-        return list(
-            executor.map(lambda item: _run(item, options, pool, cache, cpu_seconds), inputs)
-        )
+        futures = {
+            executor.submit(_run, inputs[i], options, pool, cache, cpu_seconds): i for i in order
+        }
+        for future, i in futures.items():
+            reports[i] = future.result()
+    return [report for report in reports if report is not None]
+
+
+def _size(item: CheckInput) -> int:
+    return sum(map(len, item.source.templates.values())) if item.source is not None else 0
 
 
 def diagnose_requests(
@@ -273,6 +310,8 @@ def render_pair(
     }
     answer = (pool or default_pool()).run(job, cpu_seconds, wall_seconds=wall_seconds)
     if "unavailable" in answer:
+        from checks.pairs import PairUnavailable
+
         raise PairUnavailable(str(answer["unavailable"]))
     result: dict[str, Any] = answer["pair"]
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,25 +77,23 @@ class _Identities:
         self.keep_alive = (messages, tools)
 
     def segment(self, frame: Any, chunk: str) -> str | None:
-        values = list(frame.f_locals.values()) if frame is not None else []
+        # Called for every chunk of an attributed render: the lookups run in C (map, filter).
+        ids = list(map(id, frame.f_locals.values())) if frame is not None else []
         # A tools block is often written inside a message's iteration (Mistral puts it in the
         # last user turn): a tool in scope, or a chunk naming the tool list, wins over the message.
-        if any(id(value) in self.tool_ids for value in values):
-            return "tools"
-        if self.tool_ids and (
-            _TOOLS_WORD.search(chunk) or any(name and name in chunk for name in self.tool_names)
-        ):
-            return "tools"
+        if self.tool_ids:
+            if not self.tool_ids.isdisjoint(ids):
+                return "tools"
+            if _TOOLS_WORD.search(chunk) or any(name and name in chunk for name in self.tool_names):
+                return "tools"
         # Innermost loop variables come last in the compiled code's locals; prefer them.
-        for value in reversed(values):
-            label = self.by_id.get(id(value))
-            if label is not None:
-                return label
-        return None
+        label: str | None = next(filter(None, map(self.by_id.get, reversed(ids))), None)
+        return label
 
 
 class _LineMap:
-    """`Template.get_corresponding_lineno`, without re-parsing the debug info on every call."""
+    """`Template.get_corresponding_lineno`, without re-parsing the debug info on every call
+    (`Template.debug_info` parses it on every read: one map per template, see `line_map`)."""
 
     def __init__(self, template: jinja2.Template) -> None:
         # Jinja writes the mapping in code-line order; among equal code lines the last one wins,
@@ -106,6 +105,16 @@ class _LineMap:
     def template_line(self, code_line: int) -> int:
         index = bisect.bisect_right(self._code_lines, code_line) - 1
         return self._source_lines[index] if index >= 0 else 1
+
+
+_LINE_MAPS: weakref.WeakKeyDictionary[jinja2.Template, _LineMap] = weakref.WeakKeyDictionary()
+
+
+def line_map(template: jinja2.Template) -> _LineMap:
+    lines = _LINE_MAPS.get(template)
+    if lines is None:
+        lines = _LINE_MAPS[template] = _LineMap(template)
+    return lines
 
 
 def render_with_spans(
@@ -120,7 +129,7 @@ def render_with_spans(
     """
     messages = context["messages"]
     identities = _Identities(messages, context.get("tools"))
-    lines = _LineMap(template)
+    lines = line_map(template)
     generator = template.generate(context)
     spans: list[Span] = []
     parts: list[str] = []

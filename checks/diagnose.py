@@ -594,7 +594,8 @@ def diagnose_source(
 ) -> list[PairDiagnosis]:
     """Diagnose with a `TemplateSource` (the sandbox worker runs this). transformers' choice of
     named template: `tool_use` for requests that pass tools, else `default`."""
-    from checks.rendering import DEFAULT_MAX_OUTPUT_CHARS, normalize_messages, template_context
+    from checks.options import DEFAULT_MAX_OUTPUT_CHARS
+    from checks.rendering import normalize_messages, template_context
 
     def pick(request: ClientRequest) -> str:
         if request.tools and "tool_use" in source.templates:

@@ -35,13 +35,13 @@ from checks.conversations import (
     with_string_arguments,
     without_reasoning,
 )
+from checks.options import DEFAULT_NOW, ENGINE_VERSION, CheckOptions
 from checks.policy import CLOCK_DETAIL, PRIMARY_KWARGS
 from checks.rendering import (
-    DEFAULT_MAX_OUTPUT_CHARS,
-    DEFAULT_NOW,
     RenderLimitError,
     TemplateCache,
     normalize_messages,
+    plain_data,
     render,
     template_context,
 )
@@ -53,6 +53,7 @@ from checks.reports import (
     SessionResult,
     TemplateReport,
     VariantResult,
+    error_report,
 )
 from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused
 from checks.seedcheck import run_seed_check
@@ -67,8 +68,6 @@ from checks.variants import (
     remember_resolved,
     thinking_kwargs,
 )
-
-ENGINE_VERSION = "1.2.0"
 
 # How far the clock moves between request k and k+1 of a session. A real agent loop's requests
 # are minutes apart, so a template writing the time of day (`strftime_now('%H:%M')`) changes its
@@ -87,19 +86,6 @@ class RenderFailed(Exception):
 
 
 @dataclass(frozen=True)
-class CheckOptions:
-    now: datetime = DEFAULT_NOW
-    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"now": self.now.isoformat(), "max_output_chars": self.max_output_chars}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckOptions:
-        return cls(datetime.fromisoformat(data["now"]), int(data["max_output_chars"]))
-
-
-@dataclass(frozen=True)
 class RenderCall:
     """One render the engine asks for: what the differential test replays through transformers."""
 
@@ -109,6 +95,16 @@ class RenderCall:
     add_generation_prompt: bool
     kwargs: tuple[tuple[str, Any], ...]
     now: datetime = DEFAULT_NOW  # what strftime_now read
+
+    def context(self, special_tokens: dict[str, str]) -> dict[str, Any]:
+        """The variables the template sees, built afresh as transformers builds them."""
+        return template_context(
+            normalize_messages(list(self.messages)),
+            tools=None if self.tools is None else list(self.tools),
+            add_generation_prompt=self.add_generation_prompt,
+            special_tokens=special_tokens,
+            kwargs=dict(self.kwargs),
+        )
 
 
 def template_line(exc: BaseException) -> int | None:
@@ -151,9 +147,9 @@ def fatal_reason(exc: BaseException) -> str | None:
     return None
 
 
-def _key(messages: tuple[dict[str, Any], ...]) -> str:
+def _key(value: Any) -> str:
     # Key order is kept: a template iterating `.items()` renders differently when it changes.
-    return json.dumps(messages, default=str)
+    return json.dumps(value, default=str)
 
 
 @dataclass(frozen=True)
@@ -178,7 +174,45 @@ class Renderer:
     clocked: set[str] = field(default_factory=set)
     _memo: dict[tuple[Any, ...], str | RenderFailed] = field(default_factory=dict)
     _spans: dict[tuple[Any, ...], tuple[int, list[Span]]] = field(default_factory=dict)
+    # Per message object (requests are prefixes of one tuple of messages, so each message is
+    # keyed and normalized once, not once per request that carries it). The object is kept
+    # beside its entry so that its id cannot be reused by another message.
+    _messages: dict[int, tuple[dict[str, Any], str, dict[str, Any]]] = field(default_factory=dict)
+    # Per request, by the ids of its messages: (the messages, kept alive so that no id is
+    # reused; their keys; their normalized forms).
+    _requests: dict[
+        tuple[int, ...],
+        tuple[tuple[dict[str, Any], ...], tuple[str, ...], list[dict[str, Any]]],
+    ] = field(default_factory=dict)
+    _tools: dict[int, tuple[list[dict[str, Any]], str, Any]] = field(default_factory=dict)
     renders: int = 0
+
+    def _message(self, message: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        entry = self._messages.get(id(message))
+        if entry is None or entry[0] is not message:
+            entry = (message, _key(message), normalize_messages([message])[0])
+            self._messages[id(message)] = entry
+        return entry
+
+    def _request(
+        self, messages: tuple[dict[str, Any], ...]
+    ) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...], list[dict[str, Any]]]:
+        ids = tuple(map(id, messages))
+        entry = self._requests.get(ids)
+        if entry is None:
+            known = [self._message(message) for message in messages]
+            entry = (messages, tuple(k[1] for k in known), [k[2] for k in known])
+            self._requests[ids] = entry
+        return entry
+
+    def _tool_list(self, tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, Any]:
+        entry = self._tools.get(id(tools))
+        if entry is None or entry[0] is not tools:
+            entry = self._tools[id(tools)] = (tools, _key(tools), plain_data(tools))
+        return entry
+
+    def _tools_key(self, tools: list[dict[str, Any]] | None) -> str | bool:
+        return False if tools is None else self._tool_list(tools)[1]
 
     def resolve(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str:
         """The named template transformers would use: `tool_use` when tools are passed."""
@@ -204,13 +238,18 @@ class Renderer:
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
     ) -> dict[str, Any]:
-        return template_context(
-            normalize_messages(list(messages)),
-            tools=tools,
+        # Renders may share the normalized messages: the immutable sandbox lets no template
+        # change a dict or list it is given.
+        context = template_context(
+            self._request(messages)[2],
+            tools=None,
             add_generation_prompt=add_generation_prompt,
             special_tokens=self.source.special_tokens,
             kwargs=variant.kwargs_dict,
         )
+        if tools is not None:
+            context["tools"] = self._tool_list(tools)[2]
+        return context
 
     def _tick(self, name: str, tick: int) -> int:
         """The tick that matters: always 0 for a template that never reads the clock, so its
@@ -235,8 +274,8 @@ class Renderer:
         tick = self._tick(name, tick)
         key = (
             variant,
-            _key(messages),
-            tools is not None and _key(tuple(tools)),
+            self._request(messages)[1],
+            self._tools_key(tools),
             add_generation_prompt,
             tick,
         )
@@ -694,28 +733,6 @@ def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
     )
 
 
-def error_report(
-    source: TemplateSource, file: str, reason: str, started: float, tokenizer_sha: str | None
-) -> TemplateReport:
-    return TemplateReport(
-        file=file,
-        origin=source.origin,
-        sha256=source.sha256,
-        engine_version=ENGINE_VERSION,
-        verdict=ERROR,
-        summary=f"Could not check this template: {reason}.",
-        reason=reason,
-        template_names=source.names,
-        kwargs_read=(),
-        variants=(),
-        failures=(),
-        findings=(),
-        seed_check=(),
-        tokenizer_sha256=tokenizer_sha,
-        elapsed_seconds=round(time.perf_counter() - started, 4),
-    )
-
-
 def _date_note(found: tuple[Finding, ...], variants: tuple[VariantResult, ...]) -> str:
     """Dates are the caller's clock, not a render difference: say so beside the verdict.
 
@@ -773,15 +790,26 @@ def learn(renderer: Renderer, asts: dict[str, jinja2.nodes.Template]) -> None:
         )
 
 
-def sent_messages(
-    session: Session, mode: str, client: ClientProfile, form: str
-) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+Sent = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]
+# Built once per process and shared by every check: the same message objects each time, so a
+# renderer keys and normalizes each message once (Renderer._message), not once per variant.
+# Nothing changes them: the immutable sandbox keeps templates from it.
+_SENT: dict[tuple[int, str, int, str], tuple[Session, ClientProfile, Sent]] = {}
+
+
+def sent_messages(session: Session, mode: str, client: ClientProfile, form: str) -> Sent:
     """(what the model emitted, what the client sends back) for a session under a reasoning
     mode, a client profile and a tool-argument form: the one rule run_session and the pair
     page use."""
-    base = _emitted_messages(session, mode)
-    truth = with_string_arguments(base) if form == "string" else base
-    return truth, client.history(truth)
+    key = (id(session), mode, id(client), form)
+    entry = _SENT.get(key)
+    if entry is None or entry[0] is not session or entry[1] is not client:
+        base = _emitted_messages(session, mode)
+        truth = with_string_arguments(base) if form == "string" else base
+        if len(_SENT) > 1024:
+            _SENT.clear()
+        entry = _SENT[key] = (session, client, (truth, client.history(truth)))
+    return entry[2]
 
 
 def run_check(

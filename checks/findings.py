@@ -52,7 +52,7 @@ class _Draft:
 
 def _names(node: nodes.Node) -> set[str]:
     """Variable names a node mentions, namespace attributes (`ns.last_index`) included."""
-    every = [node, *node.find_all((nodes.Name, nodes.NSRef, nodes.Getattr))]
+    every = [node, *find(node, (nodes.Name, nodes.NSRef, nodes.Getattr))]
     found = {n.name for n in every if isinstance(n, nodes.Name)}
     found |= {n.attr for n in every if isinstance(n, nodes.NSRef | nodes.Getattr)}
     return found
@@ -60,20 +60,20 @@ def _names(node: nodes.Node) -> set[str]:
 
 def _extent(node: nodes.Node) -> frozenset[int]:
     """The template lines a statement spans, its body included."""
-    linenos = [n.lineno for n in (node, *node.find_all(nodes.Node)) if n.lineno is not None]
+    linenos = [n.lineno for n in (node, *find(node, nodes.Node)) if n.lineno is not None]
     return frozenset(range(min(linenos), max(linenos) + 1))
 
 
 def _enclosing_ifs(ast: nodes.Template, inner: nodes.Node) -> frozenset[int]:
     scope: set[int] = set()
     for condition in find(ast, nodes.If):
-        if any(n is inner for n in condition.test.find_all(type(inner))) or condition.test is inner:
+        if any(n is inner for n in find(condition.test, type(inner))) or condition.test is inner:
             scope |= _extent(condition)
     return frozenset(scope)
 
 
 def _loop_attrs(node: nodes.Node) -> Iterator[nodes.Getattr]:
-    for getattr_node in node.find_all(nodes.Getattr):
+    for getattr_node in find(node, nodes.Getattr):
         target = getattr_node.node
         if isinstance(target, nodes.Name) and target.name == "loop":
             yield getattr_node
@@ -86,11 +86,11 @@ def _is_messages_loop(node: nodes.For) -> bool:
 
 def _assigned_names(node: nodes.Node) -> Iterator[tuple[str, nodes.Node]]:
     """Names set by `{% set %}`, `{% set ns.x %}` or as `namespace(x=...)` keywords."""
-    for call in node.find_all(nodes.Call):
+    for call in find(node, nodes.Call):
         if isinstance(call.node, nodes.Name) and call.node.name == "namespace":
             for keyword in call.kwargs:
                 yield keyword.key, keyword
-    for assign in node.find_all(nodes.Assign):
+    for assign in find(node, nodes.Assign):
         target = assign.target
         if isinstance(target, nodes.Name):
             yield target.name, assign
@@ -124,16 +124,16 @@ def _moving_markers(ast: nodes.Template) -> list[_Draft]:
 def _own_conditions(loop: nodes.For) -> list[Any]:
     """If/CondExpr nodes whose `loop` is this loop's: not inside a nested for loop."""
     nested: set[int] = set()
-    for inner in loop.find_all(nodes.For):
+    for inner in find(loop, nodes.For):
         for child in [*inner.body, *inner.else_]:
-            nested |= {id(child), *(id(n) for n in child.find_all(nodes.Node))}
-    conditions: list[Any] = [*loop.find_all(nodes.If), *loop.find_all(nodes.CondExpr)]
+            nested |= {id(child), *(id(n) for n in find(child, nodes.Node))}
+    conditions: list[Any] = [*find(loop, nodes.If), *find(loop, nodes.CondExpr)]
     return [c for c in conditions if id(c) not in nested]
 
 
 def _last_element(test: nodes.Node) -> bool:
     """Does a test single out the last element of a list (`xs[-1]`, `xs | last`)?"""
-    for item in [test, *test.find_all(nodes.Getitem)]:
+    for item in [test, *find(test, nodes.Getitem)]:
         if isinstance(item, nodes.Getitem):
             index = item.arg
             if isinstance(index, nodes.Neg) or (
@@ -141,9 +141,7 @@ def _last_element(test: nodes.Node) -> bool:
             ):
                 return True
     return any(
-        f.name == "last"
-        for f in [test, *test.find_all(nodes.Filter)]
-        if isinstance(f, nodes.Filter)
+        f.name == "last" for f in [test, *find(test, nodes.Filter)] if isinstance(f, nodes.Filter)
     )
 
 
@@ -162,9 +160,9 @@ def _loop_gating(ast: nodes.Template) -> list[_Draft]:
                     attr.attr in _COUNT_DEPENDENT_LOOP_ATTRS
                     or attr.attr in _POSITION_LOOP_ATTRS
                     and any(
-                        "length" in {f.name for f in c.find_all(nodes.Filter)}
+                        "length" in {f.name for f in find(c, nodes.Filter)}
                         or any(_MARKER_NAME.search(n) for n in _names(c))
-                        for c in condition.test.find_all(nodes.Compare)
+                        for c in find(condition.test, nodes.Compare)
                     )
                 ):
                     lines.add(attr.lineno)
@@ -186,7 +184,7 @@ def _loop_gating(ast: nodes.Template) -> list[_Draft]:
 
 
 def _consts(node: nodes.Node) -> Iterable[str]:
-    for const in [node, *node.find_all(nodes.Const)]:
+    for const in [node, *find(node, nodes.Const)]:
         if not isinstance(const, nodes.Const):
             continue
         if isinstance(const.value, str):
@@ -208,7 +206,7 @@ def _thinking(ast: nodes.Template) -> list[_Draft]:
         test_names = _names(condition.test)
         if not ({"enable_thinking", "add_generation_prompt"} & test_names):
             continue
-        for output in condition.find_all(nodes.Output):
+        for output in find(condition, nodes.Output):
             for child in output.nodes:
                 texts = [child.data] if isinstance(child, nodes.TemplateData) else _consts(child)
                 if any("<think" in text or "</think" in text for text in texts):

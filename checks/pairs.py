@@ -15,13 +15,13 @@ from checks.attribution import Span
 from checks.clients import TYPICAL, profile_named
 from checks.conversations import TOOLS, session_named
 from checks.engine import (
-    CheckOptions,
     Renderer,
     RenderFailed,
     learn,
     reasoning_mode,
     sent_messages,
 )
+from checks.options import CheckOptions
 from checks.rendering import TemplateCache
 from checks.sources import TemplateSource
 from checks.variants import Variant

@@ -8,7 +8,6 @@ The environment mirrors `transformers/utils/chat_template_utils.py`
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import operator
@@ -26,13 +25,11 @@ import jinja2.parser
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from checks.options import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_NOW
+
 # Message fields a model's reasoning is passed under; transformers aliases them all.
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
-# The clock `strftime_now` reads unless the caller pins another one: a check must not change daily.
-DEFAULT_NOW = datetime(2026, 1, 15, 9, 30, 0)
-
-DEFAULT_MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 # Strings and lists a template builds with `*`, `**` or `+` may not exceed this many items.
 DEFAULT_MAX_VALUE_ITEMS = 4 * 1024 * 1024
 
@@ -121,6 +118,12 @@ class CheckEnvironment(ImmutableSandboxedEnvironment):
             trim_blocks=True,
             lstrip_blocks=True,
             extensions=[GenerationExtension, jinja2.ext.loopcontrols],
+            # No constant folding at compile time. Folding rewrites the tree in place, so the
+            # tree kept for the analyses would have to be copied first (a fifth of a compile),
+            # and the fold itself is another quarter. In the sandbox it folds only literals and
+            # operators on literals, which evaluate to the same values at render time:
+            # tests/checks/test_rendering.py compares every render with transformers'.
+            optimized=False,
         )
         self.now = now
         self.max_value_items = max_value_items
@@ -135,6 +138,15 @@ class CheckEnvironment(ImmutableSandboxedEnvironment):
         self, context: jinja2.runtime.Context, operator_: str, left: Any, right: Any
     ) -> Any:
         limit = self.max_value_items
+        if operator_ == "+" and type(left) is str and type(right) is str:
+            # The common case (markers joined to roles and contents), checked without the
+            # general path's calls: a template's `+` runs for nearly every chunk it writes.
+            if len(left) + len(right) > limit:
+                raise RenderLimitError(
+                    f"template tried to build a value of {len(left) + len(right)} items with "
+                    f"'+' (limit {limit})"
+                )
+            return left + right
         if operator_ == "*":
             for seq, count in ((left, right), (right, left)):
                 size = _sized(seq)
@@ -180,13 +192,13 @@ def compile_parsed(environment: CheckEnvironment, text: str) -> CompiledTemplate
     """Parse and generate code once: the template, its AST and the names it reads all come
     from that one pass (jinja2.meta would run the code generator a second time).
 
-    The code generator's optimizer rewrites the tree it is given in place (it folds
-    `['high', 'low']` into one Const), so it compiles a copy: the AST handed to the analyses
-    (variants, findings) is the template as written. Copying is about half the cost of a
-    second parse; the environment is shared, not copied.
+    The environment does not optimize, so the code generator leaves the tree as written (the
+    optimizer would fold `['high', 'low']` into one Const in place) and the analyses
+    (variants, findings) read the same tree.
     """
+    assert not environment.optimized, "the optimizer would rewrite the analysed tree"
     ast = environment.parse(text)
-    source = environment.compile(copy.deepcopy(ast, {id(environment): environment}), raw=True)
+    source = environment.compile(ast, raw=True)
     code = compile(source, "<template>", "exec")
     globals_ = environment.make_globals(None)
     template = environment.template_class.from_code(environment, code, globals_, None)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, Union
+
+from checks.options import ENGINE_VERSION
+from checks.sources import TemplateSource
 
 JSONValue = Any
 R = TypeVar("R", bound="Record")
@@ -33,20 +38,37 @@ TOKEN_SEAM = "token_seam"
 CAUSES = (HISTORY, GENERATION_PROMPT, ASSISTANT_OUTPUT, TOKEN_SEAM)
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    """Rebuild a value of type `hint` from its JSON form."""
-    if value is None:
-        return None
+Convert = Callable[[Any], Any]
+
+
+def _converter(hint: Any) -> Convert | None:
+    """How to rebuild a value of type `hint` from its JSON form (None: it is its JSON form).
+
+    Worked out once per field and kept (`Record._plans`): reading the type hints for every
+    value cost more than building the records (a corpus of reports decodes 7 MB)."""
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _convert(options[0], value) if len(options) == 1 else value
+        return _converter(options[0]) if len(options) == 1 else None
     if origin is tuple:
         (item_hint, *_) = typing.get_args(hint)
-        return tuple(_convert(item_hint, item) for item in value)
+        item = _converter(item_hint)
+        if item is None:
+            return tuple
+        return lambda value: tuple(None if v is None else item(v) for v in value)
     if isinstance(hint, type) and issubclass(hint, Record):
-        return hint.from_dict(value)
-    return value
+        return hint.from_dict
+    return None
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _scalar(hint: Any) -> bool:
+    """Is every value of type `hint` its own JSON form (to_dict copies it as it is)?"""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return all(_scalar(arg) for arg in typing.get_args(hint))
+    return hint in _SCALARS
 
 
 def _plain(value: Any) -> JSONValue:
@@ -62,24 +84,34 @@ def _plain(value: Any) -> JSONValue:
 class Record:
     """Mixin for frozen dataclasses: `to_dict()` gives JSON types, `from_dict()` rebuilds."""
 
-    _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+    # Per class: each field's name, how to rebuild it from JSON, and whether it is a scalar.
+    _plans: ClassVar[dict[type, tuple[tuple[str, Convert | None, bool], ...]]] = {}
+
+    @classmethod
+    def _plan(cls) -> tuple[tuple[str, Convert | None, bool], ...]:
+        plan = Record._plans.get(cls)
+        if plan is None:
+            hints = typing.get_type_hints(cls)
+            plan = Record._plans[cls] = tuple(
+                (f.name, _converter(hints[f.name]), _scalar(hints[f.name]))
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            )
+        return plan
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
-            f.name: _plain(getattr(self, f.name))
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            name: value if scalar else _plain(value)
+            for name, _, scalar in self._plan()
+            for value in (getattr(self, name),)
         }
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, JSONValue]) -> R:
-        hints = Record._hints.get(cls)
-        if hints is None:
-            hints = Record._hints[cls] = typing.get_type_hints(cls)
-        kwargs = {
-            f.name: _convert(hints[f.name], data[f.name])
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if f.name in data
-        }
+        kwargs = {}
+        for name, convert, _ in cls._plan():
+            if name in data:
+                value = data[name]
+                kwargs[name] = value if convert is None or value is None else convert(value)
         return cls(**kwargs)
 
 
@@ -232,3 +264,26 @@ class TemplateReport(Record):
     elapsed_seconds: float = 0.0
     #: Jinja renders performed (memoized renders shared by sessions count once).
     renders: int = 0
+
+
+def error_report(
+    source: TemplateSource, file: str, reason: str, started: float, tokenizer_sha: str | None
+) -> TemplateReport:
+    """The report of a template that could not be checked, and why (`started`: perf_counter)."""
+    return TemplateReport(
+        file=file,
+        origin=source.origin,
+        sha256=source.sha256,
+        engine_version=ENGINE_VERSION,
+        verdict=ERROR,
+        summary=f"Could not check this template: {reason}.",
+        reason=reason,
+        template_names=source.names,
+        kwargs_read=(),
+        variants=(),
+        failures=(),
+        findings=(),
+        seed_check=(),
+        tokenizer_sha256=tokenizer_sha,
+        elapsed_seconds=round(time.perf_counter() - started, 4),
+    )

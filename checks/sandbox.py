@@ -120,10 +120,14 @@ class _Worker:
             if stream is not None:
                 stream.close()
 
-    def close(self) -> None:
+    def end_input(self) -> None:
+        """Close the worker's stdin: it exits once its current job (if any) is answered."""
         if self.process.stdin is not None:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
+
+    def close(self) -> None:
+        self.end_input()
         try:
             self.process.wait(timeout=2)
         except subprocess.TimeoutExpired:
@@ -257,6 +261,8 @@ class SandboxPool:
             return  # the parent owns these workers
         with self._lock:
             workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.end_input()  # all at once: they exit side by side
         for worker in workers:
             worker.close()
 

@@ -19,9 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
 
-from checks.diagnose import ClientRequest, diagnose_source
-from checks.engine import CheckOptions, run_check, template_line
-from checks.pairs import PairRequest, PairUnavailable, render_pair
+from checks.engine import run_check, template_line
+from checks.options import CheckOptions
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.sources import TemplateSource
 
@@ -102,7 +101,11 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         origin=job["origin"],
         sha256=job["sha256"],
     )
+    # The diagnosis and pair renders are imported by the first job that needs them: most
+    # workers only ever check templates, and a worker's start is waited for.
     if job.get("kind") == "diagnose":
+        from checks.diagnose import ClientRequest, diagnose_source
+
         encoder = None
         if job.get("tokenizer_json") is not None:
             encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])
@@ -110,6 +113,8 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         pairs = diagnose_source(source, requests, templates, encoder)
         return {"ok": True, "pairs": [pair.to_dict() for pair in pairs]}
     if job.get("kind") == "render_pair":
+        from checks.pairs import PairRequest, PairUnavailable, render_pair
+
         try:
             pair = render_pair(source, PairRequest.from_dict(job["pair"]), templates)
         except PairUnavailable as exc:
@@ -206,6 +211,10 @@ def main() -> None:
     # Deep but bounded recursion: a runaway macro hits RecursionError, not a C stack overflow.
     sys.setrecursionlimit(3000)
     serve(sys.stdin, sys.stdout)
+    # Every answer is flushed and nothing else is kept: skip the interpreter's teardown (tens
+    # of milliseconds of freeing modules), which a closing pool would wait for.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ class Variant:
 
 def _assigned(ast: nodes.Template) -> set[str]:
     targets: list[Any] = list(find(ast, (nodes.Assign, nodes.AssignBlock, nodes.For)))
-    names = {n.name for node in targets for n in node.target.find_all(nodes.Name)}
+    names = {n.name for node in targets for n in find(node.target, nodes.Name)}
     names |= {node.target.name for node in targets if isinstance(node.target, nodes.Name)}
     for macro in find(ast, nodes.Macro):
         names |= {macro.name, *(arg.name for arg in macro.args)}
@@ -121,11 +121,11 @@ def _aliases(ast: nodes.Template, name: str) -> set[str]:
     """The kwarg's name and the variables set from it (`{% set effort = kwarg|default(...) %}`)."""
     aliases = {name}
     for assign in find(ast, nodes.Assign):
-        mentioned = {n.name for n in assign.node.find_all(nodes.Name)}
+        mentioned = {n.name for n in find(assign.node, nodes.Name)}
         if isinstance(assign.node, nodes.Name):
             mentioned.add(assign.node.name)
         if mentioned & aliases:
-            aliases |= {n.name for n in assign.target.find_all(nodes.Name)}
+            aliases |= {n.name for n in find(assign.target, nodes.Name)}
             if isinstance(assign.target, nodes.Name):
                 aliases.add(assign.target.name)
             if isinstance(assign.target, nodes.NSRef):
@@ -138,11 +138,11 @@ def _compared_values(ast: nodes.Template, name: str) -> list[Any]:
     aliases = _aliases(ast, name)
     values: list[Any] = []
     for compare in find(ast, nodes.Compare):
-        mentioned = {n.name for n in compare.find_all(nodes.Name)}
-        mentioned |= {n.attr for n in compare.find_all(nodes.Getattr)}
+        mentioned = {n.name for n in find(compare, nodes.Name)}
+        mentioned |= {n.attr for n in find(compare, nodes.Getattr)}
         if not mentioned & aliases:
             continue
-        for const in compare.find_all(nodes.Const):
+        for const in find(compare, nodes.Const):
             value = const.value
             plain = isinstance(value, str | int | float) and not isinstance(value, bool)
             if plain and value not in values:

@@ -20,7 +20,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from checks.digest import ReportDigest, digest
-from checks.engine import ENGINE_VERSION, run_check
+from checks.engine import run_check
+from checks.options import ENGINE_VERSION
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import TemplateReport
 from checks.sources import TemplateSource

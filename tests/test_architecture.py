@@ -40,3 +40,28 @@ def test_a_web_process_does_not_carry_the_gguf_package() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cli_and_a_sandbox_worker_import_only_what_they_run() -> None:
+    """`python -m checks` starts its sandbox workers after its own imports, and each worker
+    imports the engine before it can take a job: the parent never renders (no Jinja), and a
+    worker imports the diagnosis and the pair renders only for the first job that needs them."""
+    code = (
+        "import sys, importlib; importlib.import_module(sys.argv[1]); "
+        "print(sorted(m for m in ('jinja2', 'checks.engine', 'checks.diagnose', 'checks.pairs', "
+        "'concurrent.futures') if m in sys.modules))"
+    )
+
+    def imported(module: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", code, module],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    assert imported("checks.cli") == "[]"
+    assert imported("checks.sandbox_worker") == "['checks.engine', 'jinja2']"

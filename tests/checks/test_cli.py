@@ -125,10 +125,12 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     (tmp_path / "nested" / "broken_tokenizer_config.json").write_text('{"chat_template": 42}')
     (tmp_path / "index.json").write_text("[]")  # not a template: ignored
     (tmp_path / "notes.txt").write_text("ignored")
-    reports = {
-        Path(r["file"]).name: r for r in results(run(str(tmp_path), "--json", "--timeout", "2"))
-    }
-    assert sorted(reports) == ["a.jinja", "b.jinja", "broken_tokenizer_config.json", "loop.jinja"]
+    printed = run(str(tmp_path), "--json", "--timeout", "2")
+    assert printed.stdout.count("\n") == 1  # one line into a pipe (indented on a terminal)
+    # In path order, although the workers take the longest template first.
+    names = [Path(r["file"]).name for r in results(printed)]
+    assert names == ["a.jinja", "b.jinja", "loop.jinja", "broken_tokenizer_config.json"]
+    reports = {Path(r["file"]).name: r for r in results(printed)}
     assert reports["a.jinja"]["verdict"] == "safe"
     assert reports["b.jinja"]["verdict"] == "unsafe"
     assert reports["loop.jinja"]["verdict"] == "error"

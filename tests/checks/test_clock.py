@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from checks.engine import CLOCK_STEP, CheckOptions, RenderCall, run_check
+from checks.engine import CLOCK_STEP, RenderCall, run_check
 from checks.findings import DATE_DEPENDENT, TIME_DEPENDENT
-from checks.rendering import DEFAULT_NOW, CheckEnvironment, TemplateCache
+from checks.options import DEFAULT_NOW, CheckOptions
+from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import HISTORY, SAFE, UNSAFE, TemplateReport
 from checks.sources import TemplateSource
 

@@ -11,9 +11,9 @@ from transformers.utils import chat_template_utils
 
 from checks.attribution import render_with_spans
 from checks.conversations import SESSIONS, TOOLS
-from checks.engine import CheckOptions, RenderCall, Renderer, run_check
+from checks.engine import RenderCall, Renderer, run_check
+from checks.options import DEFAULT_NOW, CheckOptions
 from checks.rendering import (
-    DEFAULT_NOW,
     CheckEnvironment,
     TemplateCache,
     normalize_messages,
@@ -53,16 +53,9 @@ def transformers_render(source: TemplateSource, call: RenderCall) -> str:
 
 
 def ours(templates: TemplateCache, source: TemplateSource, call: RenderCall) -> str:
-    context = template_context(
-        normalize_messages(list(call.messages)),
-        tools=None if call.tools is None else list(call.tools),
-        add_generation_prompt=call.add_generation_prompt,
-        special_tokens=source.special_tokens,
-        kwargs=dict(call.kwargs),
-    )
     return render(
         templates.get(source.sha256 + call.template_name, source.templates[call.template_name]),
-        context,
+        call.context(source.special_tokens),
     )
 
 
