@@ -55,7 +55,7 @@ from checks.reports import (
     VariantResult,
     error_report,
 )
-from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused
+from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused, shared_prefixes_with
 from checks.seedcheck import run_seed_check
 from checks.sources import TemplateSource
 from checks.variants import (
@@ -108,15 +108,18 @@ class RenderCall:
 
 
 def template_line(exc: BaseException) -> int | None:
-    """The template line that raised: Jinja rewrites its traceback so that the generated code's
-    frames carry the template's own line numbers (filename `<template>`); the last one is where
-    the error happened (a macro's body rather than its call)."""
+    """The template line that raised: the last frame of the template's generated code (filename
+    `<template>`) is where the error happened (a macro's body rather than its call). Its Python
+    line maps to the template's through the debug info, as Jinja's traceback rewriting maps it;
+    a traceback Jinja did rewrite (`Template.render`, attribution) already carries template
+    lines."""
     line = None
     tb = exc.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            # A frame Jinja did not rewrite (a BaseException such as the CPU budget's passes
-            # its handler) still runs the generated code: map its line through the debug info.
+        # Jinja's own helpers compiled into the template (`@internalcode`, such as the stand-in
+        # for an unknown filter) are not the template's lines: Jinja's traceback skips them too.
+        code = tb.tb_frame.f_code
+        if code.co_filename == "<template>" and code not in jinja2.utils.internal_code:
             compiled = tb.tb_frame.f_globals.get("__jinja_template__")
             line = (
                 tb.tb_lineno
@@ -150,6 +153,20 @@ def fatal_reason(exc: BaseException) -> str | None:
 def _key(value: Any) -> str:
     # Key order is kept: a template iterating `.items()` renders differently when it changes.
     return json.dumps(value, default=str)
+
+
+# The tool lists renders see (the engine's own TOOLS), as plain data, shared by every check in a
+# process: the environment writes each one's JSON once (CheckEnvironment.freeze).
+_PLAIN_TOOLS: dict[int, tuple[list[dict[str, Any]], str, Any]] = {}
+
+
+def _plain_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, Any]:
+    entry = _PLAIN_TOOLS.get(id(tools))
+    if entry is None or entry[0] is not tools:
+        if len(_PLAIN_TOOLS) > 64:
+            _PLAIN_TOOLS.clear()
+        entry = _PLAIN_TOOLS[id(tools)] = (tools, _key(tools), plain_data(tools))
+    return entry
 
 
 @dataclass(frozen=True)
@@ -208,7 +225,8 @@ class Renderer:
     def _tool_list(self, tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, Any]:
         entry = self._tools.get(id(tools))
         if entry is None or entry[0] is not tools:
-            entry = self._tools[id(tools)] = (tools, _key(tools), plain_data(tools))
+            entry = self._tools[id(tools)] = _plain_tools(tools)
+            self.templates.environment.freeze(entry[2])
         return entry
 
     def _tools_key(self, tools: list[dict[str, Any]] | None) -> str | bool:
@@ -496,11 +514,12 @@ def _with_reuse(
         stored.append(Stored(held_seq, marks))
         reuse: dict[str, int | None] = {}
         needed: dict[str, int | None] = {}
+        shared = shared_prefixes_with(stored, next_seq)
         for cache_class in CACHE_CLASSES:
             if tokens is None and cache_class == BLOCK:
                 reuse[cache_class] = needed[cache_class] = None  # blocks are counted in tokens
                 continue
-            got = reused(cache_class, stored, next_seq)
+            got = reused(cache_class, stored, next_seq, shared_prefixes=shared)
             need = bar(cache_class, stored[-1], len(prompt_seq), len(next_seq))
             if tokens is None:  # characters to bytes, along the sequence each count indexes
                 got, need = byte_length(nxt[:got]), byte_length(held[k][:need])

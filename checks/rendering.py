@@ -13,7 +13,7 @@ import math
 import operator
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -127,12 +127,60 @@ class CheckEnvironment(ImmutableSandboxedEnvironment):
         )
         self.now = now
         self.max_value_items = max_value_items
-        self.filters["tojson"] = _tojson
+        self.filters["tojson"] = self._tojson
+        # By id: values the caller froze (`freeze`), and their JSON per argument set.
+        self._frozen: dict[int, tuple[Any, dict[tuple[Any, ...], str]]] = {}
         self.globals["raise_exception"] = _raise_exception
         # Reads self.now at call time, so one environment serves checks pinned to different clocks.
         self.globals["strftime_now"] = lambda fmt: self.now.strftime(fmt)
         self.globals["dict"] = TemplateDict()
         self.globals["namespace"] = TemplateNamespace
+
+    def freeze(self, value: Any) -> None:
+        """The caller promises that `value`, and every list and dict in it, never changes: its
+        `tojson` is then written once per set of arguments. The engine's tool list goes into
+        most prompts of a session with tools (2.5% of a check was dumping it again); the
+        immutable sandbox keeps templates from changing it. Frozen values are kept alive, so
+        their ids are never reused."""
+        if len(self._frozen) > 4096:
+            self._frozen.clear()  # only a cache: what was frozen before is dumped again
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict | list) and id(item) not in self._frozen:
+                self._frozen[id(item)] = (item, {})
+                stack.extend(item.values() if isinstance(item, dict) else item)
+
+    def _tojson(
+        self,
+        x: Any,
+        ensure_ascii: bool = False,
+        indent: int | str | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
+        entry = self._frozen.get(id(x))
+        if entry is None or entry[0] is not x:
+            return _tojson(x, ensure_ascii, indent, separators, sort_keys)
+        try:
+            key = (
+                ensure_ascii,
+                indent,
+                None if separators is None else tuple(separators),
+                sort_keys,
+            )
+            text = entry[1].get(key)
+        except TypeError:  # an unhashable argument: json.dumps judges it
+            return _tojson(x, ensure_ascii, indent, separators, sort_keys)
+        if text is None:
+            text = entry[1][key] = _tojson(x, ensure_ascii, indent, separators, sort_keys)
+        return text
+
+    def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
+        """A plain dict, not Jinja's ChainMap over the environment's globals: every render
+        copies a template's globals into its context, and iterating a ChainMap's keys in Python
+        cost 3% of a check. The globals are all set above, before any template is compiled."""
+        return {**self.globals, **(d or {})}
 
     def call_binop(
         self, context: jinja2.runtime.Context, operator_: str, left: Any, right: Any
@@ -284,22 +332,22 @@ def template_context(
     }
 
 
-def generate_limited(
-    template: jinja2.Template, context: dict[str, Any], max_chars: int
-) -> Iterator[str]:
-    """Yield the template's output chunks, aborting once more than `max_chars` were produced."""
-    produced = 0
-    for chunk in template.generate(context):
-        produced += len(chunk)
-        if produced > max_chars:
-            raise RenderLimitError(f"output over {max_chars // (1024 * 1024)} MiB")
-        yield chunk
-
-
 def render(
     template: jinja2.Template,
     context: dict[str, Any],
     max_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> str:
-    """Render a prepared context (see `template_context`) within the output limit."""
-    return "".join(generate_limited(template, context, max_chars))
+    """Render a prepared context (see `template_context`) within the output limit.
+
+    The template's render function is run directly, not through `Template.generate`: on an
+    error that would rewrite the traceback into template frames (a fresh code object per
+    frame, 2.5% of a check, mostly for templates refusing a conversation). `template_line`
+    maps the generated code's lines through the debug info instead, to the same lines."""
+    parts = []
+    produced = 0
+    for chunk in template.root_render_func(template.new_context(context)):
+        produced += len(chunk)
+        if produced > max_chars:
+            raise RenderLimitError(f"output over {max_chars // (1024 * 1024)} MiB")
+        parts.append(chunk)
+    return "".join(parts)

@@ -75,12 +75,17 @@ def reused(
     stored: Sequence[Stored],
     prompt: Sequence[Any],
     block_size: int = DEFAULT_BLOCK_SIZE,
+    shared_prefixes: Sequence[int] | None = None,
 ) -> int:
-    """Units of `prompt` an engine of `cache_class` takes from its cache instead of computing."""
+    """Units of `prompt` an engine of `cache_class` takes from its cache instead of computing.
+
+    `shared_prefixes`, when given, are the common prefix lengths of each stored sequence with
+    the prompt (`shared_prefixes_with`): computed once for every cache class."""
     limit = max(len(prompt) - 1, 0)
     best = 0
-    for entry in stored:
-        shared = common_prefix(entry.sequence, prompt)
+    if shared_prefixes is None:
+        shared_prefixes = shared_prefixes_with(stored, prompt)
+    for entry, shared in zip(stored, shared_prefixes, strict=True):
         if cache_class in (TRIMMABLE, BLOCK):
             best = max(best, shared)
             continue
@@ -97,10 +102,15 @@ def reused(
     return best
 
 
+def shared_prefixes_with(stored: Sequence[Stored], prompt: Sequence[Any]) -> list[int]:
+    return [common_prefix(entry.sequence, prompt) for entry in stored]
+
+
 def reused_by_class(
     stored: Sequence[Stored], prompt: Sequence[Any], block_size: int = DEFAULT_BLOCK_SIZE
 ) -> dict[str, int]:
-    return {c: reused(c, stored, prompt, block_size) for c in CACHE_CLASSES}
+    shared = shared_prefixes_with(stored, prompt)
+    return {c: reused(c, stored, prompt, block_size, shared) for c in CACHE_CLASSES}
 
 
 def bar(

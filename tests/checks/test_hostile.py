@@ -89,8 +89,14 @@ def test_infinite_loop_is_stopped_at_its_cpu_budget(hostile_pool: SandboxPool) -
         ("a\nb\n{{ messages[0].content.nope() }}", "(template line 3)"),
         ("{% macro f(n) %}\n{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", "deep (template line 2)"),
         ("\n\n\n{{ 'x' * 10**10 }}", "items with '*' (limit 4194304) (template line 4)"),
+        # Under a condition an unknown filter fails when reached, raised by a helper Jinja
+        # compiles into the template (whose own line is not a template line).
+        (
+            "{% if messages %}\n{{ messages | from_json }}{% endif %}",
+            "No filter named 'from_json' found. (template line 2)",
+        ),
     ],
-    ids=["type-error", "undefined-call", "recursion", "string-bomb"],
+    ids=["type-error", "undefined-call", "recursion", "string-bomb", "unknown-filter"],
 )
 def test_error_reasons_name_the_template_line(
     hostile_pool: SandboxPool, template: str, reason: str

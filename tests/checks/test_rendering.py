@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import datetime
 from typing import Any
 
@@ -111,6 +112,22 @@ def test_tojson_keeps_key_order_and_does_not_html_escape() -> None:
     template = CheckEnvironment().from_string("{{ tools | tojson }}")
     tools = [{"z": "<b>&'", "a": 1}]
     assert template.render(tools=tools) == '[{"z": "<b>&\'", "a": 1}]'
+
+
+def test_tojson_of_a_frozen_value_is_written_once_per_argument_set() -> None:
+    environment = CheckEnvironment()
+    tools = [{"z": "<b>", "a": [1, 2]}]
+    environment.freeze(tools)
+    template = environment.from_string(
+        "{{ tools | tojson }}|{{ tools[0] | tojson(indent=2) }}|{{ tools[0].a | tojson }}"
+    )
+    expected = '[{"z": "<b>", "a": [1, 2]}]|' + json.dumps(tools[0], indent=2) + "|[1, 2]"
+    assert template.render(tools=tools) == expected
+    assert template.render(tools=tools) == expected  # from the frozen values' cache
+    other = [{"z": "<i>", "a": [3]}]  # not frozen: written afresh
+    assert template.render(tools=other) == (
+        '[{"z": "<i>", "a": [3]}]|' + json.dumps(other[0], indent=2) + "|[3]"
+    )
 
 
 def test_strftime_now_uses_the_pinned_clock() -> None:
