@@ -92,18 +92,6 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(
-    x: Any,
-    ensure_ascii: bool = False,
-    indent: int | str | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
 def _sized(value: Any) -> int | None:
     return len(value) if isinstance(value, str | list | tuple) else None
 
@@ -159,21 +147,28 @@ class CheckEnvironment(ImmutableSandboxedEnvironment):
         separators: tuple[str, str] | None = None,
         sort_keys: bool = False,
     ) -> str:
+        """transformers' `tojson`: key order kept, no HTML escaping; frozen values from cache."""
+
+        def dump() -> str:
+            return json.dumps(
+                x,
+                ensure_ascii=ensure_ascii,
+                indent=indent,
+                separators=separators,
+                sort_keys=sort_keys,
+            )
+
         entry = self._frozen.get(id(x))
         if entry is None or entry[0] is not x:
-            return _tojson(x, ensure_ascii, indent, separators, sort_keys)
+            return dump()
         try:
-            key = (
-                ensure_ascii,
-                indent,
-                None if separators is None else tuple(separators),
-                sort_keys,
-            )
+            seps = None if separators is None else tuple(separators)
+            key = (ensure_ascii, indent, seps, sort_keys)
             text = entry[1].get(key)
         except TypeError:  # an unhashable argument: json.dumps judges it
-            return _tojson(x, ensure_ascii, indent, separators, sort_keys)
+            return dump()
         if text is None:
-            text = entry[1][key] = _tojson(x, ensure_ascii, indent, separators, sort_keys)
+            text = entry[1][key] = dump()
         return text
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
