@@ -96,6 +96,9 @@ def _sized(value: Any) -> int | None:
     return len(value) if isinstance(value, str | list | tuple) else None
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 class CheckEnvironment(ImmutableSandboxedEnvironment):
     """The transformers sandbox, plus refusal of huge values before they are built."""
 
@@ -170,6 +173,22 @@ class CheckEnvironment(ImmutableSandboxedEnvironment):
         if text is None:
             text = entry[1][key] = dump()
         return text
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """`message.role` on a plain dict without the failed attribute lookup first.
+
+        Jinja tries `getattr(obj, name)`, and on AttributeError the item. A plain dict has no
+        attributes but its class's, so for any other name the answer is the item (or
+        undefined), exactly as Jinja gives it, minus an exception per access: templates read
+        `message.role` and `message.content` for every message of every render. Every other
+        object, and the dict's own attributes (`items`, `__class__`), go through the sandbox's
+        checks as before."""
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
         """A plain dict, not Jinja's ChainMap over the environment's globals: every render

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from transformers.utils import chat_template_utils
 
 from checks.attribution import render_with_spans
@@ -128,6 +129,26 @@ def test_tojson_of_a_frozen_value_is_written_once_per_argument_set() -> None:
     assert template.render(tools=other) == (
         '[{"z": "<i>", "a": [3]}]|' + json.dumps(other[0], indent=2) + "|[3]"
     )
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "m.role",
+        "m.missing is defined",
+        "m['role']",
+        "m.items() | list | length",  # a dict attribute wins over a key of that name
+        "m.keys is defined",
+        "m.__class__ is defined",  # refused by the sandbox, as before
+        "m.get('role')",
+        "(m.content or '').upper()",
+    ],
+)
+def test_attribute_reads_on_dicts_answer_as_jinjas_sandbox_does(expression: str) -> None:
+    message = {"role": "user", "content": "hi", "items": "shadowed", "keys": 3}
+    text = "{{ " + expression + " }}"
+    theirs = ImmutableSandboxedEnvironment().from_string(text).render(m=message)
+    assert CheckEnvironment().from_string(text).render(m=message) == theirs
 
 
 def test_strftime_now_uses_the_pinned_clock() -> None:
