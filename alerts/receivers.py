@@ -16,28 +16,27 @@ from registry.jobs import enqueue_on_commit
 from registry.models import ModelEvent
 from registry.signals import events_recorded
 
-from . import tasks
 from .signals import send_requested
 
 #: The tasks `alerts.delivery` asks for by name: one table, checked when a name is unknown.
-TASKS: dict[str, Any] = {
-    "claim_event": tasks.claim_event,
-    "send_delivery": tasks.send_delivery,
-    "send_digest": tasks.send_digest,
-    "send_test": tasks.send_test,
+TASKS: dict[str, str] = {
+    "claim_event": "alerts.claim_event",
+    "send_delivery": "alerts.send_delivery",
+    "send_digest": "alerts.send_digest",
+    "send_test": "alerts.send_test",
 }
 
 
 @receiver(post_save, sender=ModelEvent, dispatch_uid="alerts.event_written")
 def _event_written(sender: Any, instance: ModelEvent, created: bool, **kwargs: Any) -> None:
     if created:
-        enqueue_on_commit(tasks.claim_event, instance.pk)
+        enqueue_on_commit(TASKS["claim_event"], instance.pk)
 
 
 @receiver(events_recorded, dispatch_uid="alerts.events_recorded")
 def _events_recorded(sender: Any, **kwargs: Any) -> None:
     """Bulk-written events (no post_save): the dispatcher claims every unclaimed one."""
-    enqueue_on_commit(tasks.dispatch_events)
+    enqueue_on_commit("alerts.dispatch_events")
 
 
 @receiver(send_requested, dispatch_uid="alerts.send_requested")

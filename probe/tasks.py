@@ -11,12 +11,8 @@ from typing import Any
 
 from celery import current_app, shared_task
 
+from probe.limits import PROBE_HARD_LIMIT, PROBE_SOFT_LIMIT
 from probe.runner import run_probe
-
-#: Real models at 32k tokens take long on the Mac; the broker's visibility timeout (3600 s) is
-#: above the hard limit so an unfinished probe is never handed to a second worker meanwhile.
-PROBE_SOFT_LIMIT = 3000
-PROBE_HARD_LIMIT = 3300
 
 
 @shared_task(

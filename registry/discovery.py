@@ -14,15 +14,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .hub import HubClient, HubUnavailable, RepoUnavailable
 from .models import DiscoveryRun, HubModel, ModelStatus, Watch, WatchKind
-from .sync import SyncResult, sync_concurrently
-from .watching import watch_results
+
+if TYPE_CHECKING:
+    from .hub import HubClient
+    from .sync import SyncResult
+
+# The Hub client and the sync are imported by the functions that run a discovery: the site
+# shows a run's progress (`latest`, `progress`) without loading either.
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +66,9 @@ def discover(
 ) -> DiscoveryRun:
     """List the discovery queries and track what is new; never raises for the Hub (the run
     records why it stopped). New repos' first syncs are queued unless `queue_syncs` is off."""
+    from .hub import HubClient, HubUnavailable, RepoUnavailable
+    from .watching import watch_results
+
     run = run or DiscoveryRun.objects.create(trigger=trigger)
     client = client or HubClient()
     listed: set[str] = set()
@@ -97,6 +105,8 @@ def sync_new(
     on_result: Callable[[SyncResult], None] | None = None,
 ) -> list[SyncResult]:
     """Sync the repos `run` tracked that are still pending, `concurrency` at a time."""
+    from .sync import sync_concurrently
+
     models = list(HubModel.objects.filter(repo_id__in=run.new_repo_ids, status=ModelStatus.PENDING))
     return sync_concurrently(models, concurrency=concurrency, client=client, on_result=on_result)
 

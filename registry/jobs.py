@@ -22,7 +22,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from celery import Task
+from celery import current_app
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -42,20 +42,17 @@ BROKER_BACKOFF_SECONDS = 30.0
 _broker_down_until = 0.0
 
 
-#: A Celery task (as `shared_task` makes them).
-Sendable = Task[Any, Any]
-
-
-def _send(task: Sendable, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id: int) -> None:
+def _send(task: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id: int) -> None:
     global _broker_down_until
     if time.monotonic() < _broker_down_until:
         return  # the broker failed a moment ago: flush_outbox sends this one
     try:
         # One attempt: the outbox is the retry, and a request must not wait out kombu's
         # publish retries while the broker is down.
-        task.apply_async(args, kwargs, retry=False)
+        # The app's registry imports the tasks' modules on first use, in a process that sends.
+        current_app.tasks[task].apply_async(args, kwargs, retry=False)
     except Exception as exc:  # kombu raises many kinds; the row stays for flush_outbox
-        logger.warning("could not enqueue %s%r (kept in the outbox): %s", task.name, args, exc)
+        logger.warning("could not enqueue %s%r (kept in the outbox): %s", task, args, exc)
         _broker_down_until = time.monotonic() + BROKER_BACKOFF_SECONDS
         _note_failure(outbox_id, exc)
         return
@@ -68,10 +65,14 @@ def _note_failure(outbox_id: int, exc: Exception) -> None:
     )
 
 
-def enqueue_on_commit(task: Sendable, *args: Any, **kwargs: Any) -> None:
-    """Send `task(*args, **kwargs)` once the current transaction commits (at once outside one);
-    kept in the outbox until the broker takes it. Arguments must be JSON values."""
-    row = OutboxMessage.objects.create(task=task.name, args=list(args), kwargs=kwargs)
+def enqueue_on_commit(task: str, *args: Any, **kwargs: Any) -> None:
+    """Send the task named `task` with `(*args, **kwargs)` once the current transaction commits
+    (at once outside one); kept in the outbox until the broker takes it. Arguments must be JSON
+    values.
+
+    By name, as the outbox keeps it: a process that only asks for work (a web worker) never
+    imports the tasks' modules, and with them the Hub client, the probe and the engine."""
+    row = OutboxMessage.objects.create(task=task, args=list(args), kwargs=kwargs)
     transaction.on_commit(partial(_send, task, args, kwargs, outbox_id=row.pk))
 
 

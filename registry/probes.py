@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from checks.conversations import SESSIONS, TOOLS
-from probe.tasks import PROBE_SOFT_LIMIT, probe_model
+from probe.limits import PROBE_SOFT_LIMIT
 
 from .jobs import enqueue_on_commit
 from .models import (
@@ -72,7 +72,7 @@ def request_probe(model: HubModel, **job_options: Any) -> ProbeRun:
     )
     job = probe_job(model, **job_options)
 
-    enqueue_on_commit(probe_model, run.pk, job)
+    enqueue_on_commit("workers.probe_model", run.pk, job)
     return run
 
 

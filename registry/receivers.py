@@ -8,7 +8,6 @@ from typing import Any
 from django.dispatch import receiver
 from django.utils import timezone
 
-from . import tasks
 from .jobs import enqueue_on_commit
 from .models import EventKind, HubModel, ModelEvent
 from .signals import (
@@ -24,23 +23,23 @@ from .signals import (
 def _check_changed_template(sender: Any, change_id: int, **kwargs: Any) -> None:
     # If the broker is down the change stays unclaimed in Postgres and the beat dispatcher
     # picks it up.
-    enqueue_on_commit(tasks.handle_template_change, change_id)
+    enqueue_on_commit("workers.handle_template_change", change_id)
 
 
 @receiver(sync_requested, dispatch_uid="registry.sync_requested")
 def _sync(sender: Any, model_pk: int, force: bool = False, **kwargs: Any) -> None:
-    enqueue_on_commit(tasks.sync_repo, model_pk, force=force)
+    enqueue_on_commit("hub.sync_repo", model_pk, force=force)
 
 
 @receiver(discovery_requested, dispatch_uid="registry.discovery_requested")
 def _discover(sender: Any, run_id: int, **kwargs: Any) -> None:
-    enqueue_on_commit(tasks.discover_hub, run_id)
+    enqueue_on_commit("hub.discover", run_id)
 
 
 @receiver(check_requested, dispatch_uid="registry.check_requested")
 def _check(sender: Any, run_id: int, **kwargs: Any) -> None:
     # A lost send leaves the run pending: `request_missing_checks` re-sends stalled runs.
-    enqueue_on_commit(tasks.run_check, run_id)
+    enqueue_on_commit("workers.run_check", run_id)
 
 
 @receiver(status_changed, dispatch_uid="registry.status_changed")

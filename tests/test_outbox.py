@@ -181,3 +181,32 @@ def test_a_real_broker_cut_during_track_webhook_and_recheck_loses_nothing(
     assert (queues.llen("hub"), queues.llen("checks")) == (2, 1)  # routed by name
     assert not OutboxMessage.objects.exists()
     queues.delete("hub", "checks")
+
+
+def test_every_task_asked_for_by_name_is_registered() -> None:
+    """Receivers enqueue by name (a web process never imports the tasks' modules): each name
+    they use must be a task the workers register."""
+    import ast
+    from pathlib import Path
+
+    import alerts.tasks
+    import probe.tasks
+    import registry.tasks
+    import workers.tasks
+    from alerts.receivers import TASKS
+    from workers.celery import app
+
+    assert registry.tasks and alerts.tasks and probe.tasks and workers.tasks  # registered now
+    root = Path(__file__).resolve().parents[1]
+    named = set(TASKS.values())
+    for path in [*root.glob("registry/*.py"), *root.glob("alerts/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", "")) == "enqueue_on_commit"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                named.add(str(node.args[0].value))
+    assert {"hub.sync_repo", "workers.run_check", "workers.probe_model"} <= named
+    assert named <= set(app.tasks), named - set(app.tasks)

@@ -16,7 +16,7 @@ from registry import rate_limits, tracking
 from registry.hub import HubClient
 from registry.models import HubModel, ModelStatus, Watch, WatchKind
 from registry.sync import RegistrySync
-from registry.tasks import sync_repo
+from registry.tasks import sync_repo  # noqa: F401 - registers hub.sync_repo for the eager runs
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
@@ -82,7 +82,7 @@ def hub_repo(fake_hub: FakeHub, hub_settings: Any) -> str:
 def queued_syncs(callbacks: list[Any]) -> list[Any]:
     """The on-commit callbacks that queue a sync (other apps add their own callbacks)."""
     # Each is `registry.jobs.enqueue_on_commit`'s send: partial(send, task, args, kwargs).
-    return [c for c in callbacks if getattr(c, "args", (None,))[:1] == (sync_repo,)]
+    return [c for c in callbacks if getattr(c, "args", (None,))[:1] == ("hub.sync_repo",)]
 
 
 def synced(repo_id: str) -> HubModel:
