@@ -241,19 +241,25 @@ def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubMode
     )
 
 
-#: A catalog page counts matches up to this many; past it, it says "10,000+". Counting every
-#: match of a broad term ("chat") over 100,000 models would cost more than the page itself.
-COUNT_CAP = 10_000
+#: A catalog page counts matches up to this many; past it, it says "1,000+" (and pages through
+#: the first thousand, 20 pages of 50: a search that broad is refined, not paged through).
+#: Counting every match of a broad term ("chat" matches 49,000 of 100,000 models) cost more
+#: than the rest of the page; counting to 10,000 still cost 5 to 7 ms there, to 1,000 1 to 3.
+COUNT_CAP = 1_000
 
 
 class CappedPaginator(Paginator):  # type: ignore[type-arg]
     """Counts at most `COUNT_CAP` + 1 rows (`SELECT COUNT(*) FROM (… LIMIT n)`), so a broad
-    search costs the same at 10,000 models as at 100,000; `capped` says the count is a floor."""
+    search costs the same at 10,000 models as at 100,000; `capped` says the count is a floor.
+
+    The count drops the listing's order and columns: sorted by downloads, PostgreSQL walked the
+    downloads index through every match up to the cap (13 to 19 ms for broad terms at 100,000
+    models, against 4 to 7 ms for the same count unordered)."""
 
     @cached_property
     def count(self) -> int:
         rows: Any = self.object_list  # a QuerySet: sliced, it counts in a subquery
-        return int(rows[: COUNT_CAP + 1].count())
+        return int(rows.order_by().values("pk")[: COUNT_CAP + 1].count())
 
     @property
     def capped(self) -> bool:
