@@ -80,7 +80,9 @@ class RedisBucket:
 
     def block(self, seconds: float) -> None:
         until = self.clock() + seconds
-        current = self.client.get(self.block_key)
+        # A synchronous client: its answer is bytes or None (redis-py types every command as
+        # possibly awaitable).
+        current: Any = self.client.get(self.block_key)
         if current is None or float(current) < until:
             self.client.set(self.block_key, repr(until), ex=int(seconds) + 2)
 
