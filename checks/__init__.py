@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,8 +233,12 @@ def check_templates(
     pool: SandboxPool | None = None,
     cache: ResultCache | None = _default_cache,
     cpu_seconds: float | None = None,
+    on_report: Callable[[int, TemplateReport], Any] | None = None,
 ) -> list[TemplateReport]:
-    """Check many sources across the pool in parallel; results keep the input order."""
+    """Check many sources across the pool in parallel; results keep the input order.
+
+    `on_report(index, report)` is called as each report is ready, in the thread that waited for
+    it, while other checks still run (the CLI writes each report's JSON there)."""
     pool = pool or default_pool()
     options = options or CheckOptions()
     inputs: Sequence[CheckInput] = [
@@ -246,10 +250,15 @@ def check_templates(
     # are short, so the workers finish together instead of one waiting on a big template.
     order = sorted(range(len(inputs)), key=lambda i: -_size(inputs[i]))
     reports: list[TemplateReport | None] = [None] * len(inputs)
+
+    def run(i: int) -> TemplateReport:
+        report = _run(inputs[i], options, pool, cache, cpu_seconds)
+        if on_report is not None:
+            on_report(i, report)
+        return report
+
     with ThreadPoolExecutor(max_workers=pool.size) as executor:
-        futures = {
-            executor.submit(_run, inputs[i], options, pool, cache, cpu_seconds): i for i in order
-        }
+        futures = {executor.submit(run, i): i for i in order}
         for future, i in futures.items():
             reports[i] = future.result()
     return [report for report in reports if report is not None]

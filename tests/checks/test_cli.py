@@ -127,6 +127,8 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("ignored")
     printed = run(str(tmp_path), "--json", "--timeout", "2")
     assert printed.stdout.count("\n") == 1  # one line into a pipe (indented on a terminal)
+    # Assembled report by report, it is exactly what json.dumps writes for the whole.
+    assert printed.stdout == json.dumps(json.loads(printed.stdout), ensure_ascii=False) + "\n"
     # In path order, although the workers take the longest template first.
     names = [Path(r["file"]).name for r in results(printed)]
     assert names == ["a.jinja", "b.jinja", "loop.jinja", "broken_tokenizer_config.json"]
