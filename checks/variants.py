@@ -81,13 +81,16 @@ def _expected_from_caller(ast: nodes.Template) -> set[str]:
 
 # find_undeclared_variables runs Jinja's code generator; the engine already ran it to compile,
 # so it hands the names over (`remember_resolved`) and they are reused here.
+# Per AST, for the checks at hand only: a few templates, not hundreds kept alive for every
+# garbage collection to walk (see template_ast._MAX_TEMPLATES).
+_CACHED_ASTS = 16
 _READ_CACHE: dict[int, tuple[nodes.Template, list[str]]] = {}
 _RESOLVED: dict[int, tuple[nodes.Template, frozenset[str]]] = {}
 
 
 def remember_resolved(ast: nodes.Template, names: frozenset[str]) -> None:
     """Record the names the compiled code of `ast` resolves from its context."""
-    if len(_RESOLVED) > 512:
+    if len(_RESOLVED) > _CACHED_ASTS:
         _RESOLVED.clear()
     _RESOLVED[id(ast)] = (ast, names)
 
@@ -111,7 +114,7 @@ def kwargs_read(ast: nodes.Template) -> list[str]:
         undeclared = jinja2.meta.find_undeclared_variables(copied) - PROVIDED_NAMES
     internal = _assigned(ast) - _expected_from_caller(ast)
     read = sorted(undeclared - internal)
-    if len(_READ_CACHE) > 512:
+    if len(_READ_CACHE) > _CACHED_ASTS:
         _READ_CACHE.clear()
     _READ_CACHE[id(ast)] = (ast, read)
     return read
