@@ -49,14 +49,21 @@ def _send(task: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id
     try:
         # One attempt: the outbox is the retry, and a request must not wait out kombu's
         # publish retries while the broker is down.
-        # The app's registry imports the tasks' modules on first use, in a process that sends.
-        current_app.tasks[task].apply_async(args, kwargs, retry=False)
+        task_named(task).apply_async(args, kwargs, retry=False)
     except Exception as exc:  # kombu raises many kinds; the row stays for flush_outbox
         logger.warning("could not enqueue %s%r (kept in the outbox): %s", task, args, exc)
         _broker_down_until = time.monotonic() + BROKER_BACKOFF_SECONDS
         _note_failure(outbox_id, exc)
         return
     OutboxMessage.objects.filter(pk=outbox_id).delete()
+
+
+def task_named(name: str) -> Any:
+    """The registered task called `name`. A process that has not imported the tasks' modules (a
+    web worker never needs them to start) has the app's autodiscovery import them now, once."""
+    if name not in current_app.tasks:
+        current_app.loader.import_default_modules()
+    return current_app.tasks[name]
 
 
 def _note_failure(outbox_id: int, exc: Exception) -> None:

@@ -210,3 +210,36 @@ def test_every_task_asked_for_by_name_is_registered() -> None:
                 named.add(str(node.args[0].value))
     assert {"hub.sync_repo", "workers.run_check", "workers.probe_model"} <= named
     assert named <= set(app.tasks), named - set(app.tasks)
+
+
+def test_a_web_process_sends_by_name_without_having_imported_the_tasks() -> None:
+    """A web worker never imports the tasks' modules to start; its first send has the app's
+    autodiscovery load them (before, the name was unknown there and every send waited for the
+    outbox's flush)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from alerts.receivers import TASKS
+
+    names = ["hub.sync_repo", "hub.discover", "workers.run_check", "workers.probe_model"]
+    names += sorted(TASKS.values())
+    code = (
+        "import sys, django; django.setup(); import cachesafe.urls; "
+        "print('registry.tasks' in sys.modules); "
+        "from registry.jobs import task_named; "
+        "print(' '.join(task_named(name).name for name in sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *names],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "cachesafe.settings"},
+    )
+    assert result.returncode == 0, result.stderr
+    before, resolved = result.stdout.strip().splitlines()[-2:]
+    assert before == "False"
+    assert resolved.split() == names
