@@ -201,7 +201,6 @@ class Renderer:
         tuple[int, ...],
         tuple[tuple[dict[str, Any], ...], tuple[str, ...], list[dict[str, Any]]],
     ] = field(default_factory=dict)
-    _tools: dict[int, tuple[list[dict[str, Any]], str, Any]] = field(default_factory=dict)
     renders: int = 0
 
     def _message(self, message: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -223,10 +222,8 @@ class Renderer:
         return entry
 
     def _tool_list(self, tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, Any]:
-        entry = self._tools.get(id(tools))
-        if entry is None or entry[0] is not tools:
-            entry = self._tools[id(tools)] = _plain_tools(tools)
-            self.templates.environment.freeze(entry[2])
+        entry = _plain_tools(tools)
+        self.templates.environment.freeze(entry[2])  # once per environment: then one lookup
         return entry
 
     def _tools_key(self, tools: list[dict[str, Any]] | None) -> str | bool:
