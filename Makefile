@@ -38,13 +38,13 @@ $(UV):
 
 $(STAMP): requirements.lock | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
+	$(UV) pip sync --quiet --system-certs --compile-bytecode --python $(PY) --require-hashes requirements.lock
 	touch $@
 
 # The Mac probe worker: Python dependencies only, then the mlx queue alone.
 install-probe: | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --system-certs --python $(PY) --require-hashes requirements.lock
+	$(UV) pip sync --quiet --system-certs --compile-bytecode --python $(PY) --require-hashes requirements.lock
 
 probe-worker:
 	$(VENV)/bin/celery -A workers worker -Q mlx --pool solo --concurrency 1 -n mac@%h --loglevel INFO
