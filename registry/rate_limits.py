@@ -2,13 +2,19 @@
 limit for what strangers can trigger (tracking a repo through the API).
 
 With `REDIS_URL` the bucket is a Lua script in Redis (atomic across processes and machines);
-without it the embedded defaults keep it in the database cache, best effort (one machine)."""
+without it the embedded defaults keep it in a file under VAR_DIR, locked (one machine)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import math
+import os
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -87,40 +93,74 @@ class RedisBucket:
             self.client.set(self.block_key, repr(until), ex=int(seconds) + 2)
 
 
-class CacheBucket:
-    """The same bucket in Django's cache; not atomic across processes (embedded mode only)."""
+class FileBucket:
+    """The same bucket in a small file, changed under an exclusive lock (`flock`): atomic across
+    the processes of one machine, which is where the embedded defaults run. A take costs a few
+    system calls; in the database cache it cost a write transaction of its own.
+
+    Our own rather than a library's: the state is three numbers, and the file is opened for each
+    take because a lock taken on a descriptor a forked worker inherited would be shared."""
+
+    _STATE = struct.Struct("<ddd")  # tokens, when they were counted, blocked until
 
     def __init__(
-        self, name: str, rate: float, capacity: float, clock: Callable[[], float] = time.time
+        self,
+        name: str,
+        rate: float,
+        capacity: float,
+        folder: Path,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.key = f"hub-bucket:{name}"
-        self.block_key = f"{self.key}:blocked"
+        self.path = folder / f"hub-bucket-{name}"
         self.rate, self.capacity, self.clock = rate, capacity, clock
 
+    @contextmanager
+    def _state(self) -> Iterator[list[float]]:
+        """The state, locked; what the caller leaves in the list is written back."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, self._STATE.size, 0)
+            now = self.clock()
+            # A new file, or one cut short by a crash: a full bucket, as after a long pause.
+            state = list(self._STATE.unpack(raw)) if len(raw) == self._STATE.size else []
+            if len(state) != 3 or not all(math.isfinite(v) for v in state):
+                state = [self.capacity, now, 0.0]
+            yield state
+            os.pwrite(fd, self._STATE.pack(*state), 0)
+        finally:
+            os.close(fd)  # and with it the lock
+
     def take(self) -> float:
-        now = self.clock()
-        blocked = float(cache.get(self.block_key) or 0.0)
-        if blocked > now:
-            return blocked - now
-        state: Any = cache.get(self.key)
-        tokens, stamp = state if isinstance(state, tuple) else (self.capacity, now)
-        tokens = min(self.capacity, tokens + max(0.0, now - stamp) * self.rate)
-        wait = 0.0
-        if tokens >= 1:
-            tokens -= 1
-        else:
-            wait = (1 - tokens) / self.rate
-        cache.set(self.key, (tokens, now), timeout=int(self.capacity / self.rate) + 60)
-        return wait
+        with self._state() as state:
+            tokens, stamp, blocked = state
+            now = self.clock()
+            if blocked > now:
+                return blocked - now
+            tokens = min(self.capacity, tokens + max(0.0, now - stamp) * self.rate)
+            wait = 0.0
+            if tokens >= 1:
+                tokens -= 1
+            else:
+                wait = (1 - tokens) / self.rate
+            state[:] = [tokens, now, blocked]
+            return wait
 
     def block(self, seconds: float) -> None:
-        until = self.clock() + seconds
-        if float(cache.get(self.block_key) or 0.0) < until:
-            cache.set(self.block_key, until, timeout=int(seconds) + 2)
+        with self._state() as state:
+            state[2] = max(state[2], self.clock() + seconds)
+
+    def reset(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def bucket_folder() -> Path:
+    return Path(settings.VAR_DIR) / "buckets"
 
 
 def hub_bucket(token: str | None, clock: Callable[[], float] = time.time) -> Bucket:
-    """The bucket of this credential: Redis when configured, the database cache otherwise."""
+    """The bucket of this credential: Redis when configured, else a locked file under VAR_DIR."""
     default = DEFAULT_PER_5MIN_TOKEN if token else DEFAULT_PER_5MIN_ANONYMOUS
     per_5min = float(settings.HF_REQUESTS_PER_5MIN or default)
     rate = per_5min / 300.0
@@ -129,7 +169,7 @@ def hub_bucket(token: str | None, clock: Callable[[], float] = time.time) -> Buc
     name = credential_key(token)
     if settings.REDIS_URL:
         return RedisBucket(name, rate, capacity, settings.REDIS_URL, clock)
-    return CacheBucket(name, rate, capacity, clock)
+    return FileBucket(name, rate, capacity, bucket_folder(), clock)
 
 
 def reset_hub_bucket(token: str | None) -> None:
@@ -140,7 +180,7 @@ def reset_hub_bucket(token: str | None) -> None:
 
         key = f"cachesafe:hub-bucket:{name}"
         redis.Redis.from_url(settings.REDIS_URL).delete(key, f"{key}:blocked")
-    cache.delete_many([f"hub-bucket:{name}", f"hub-bucket:{name}:blocked"])
+    FileBucket(name, 1.0, 1.0, bucket_folder()).reset()
 
 
 def _window_key(key: str, window_seconds: int) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,17 +31,17 @@ class FakeClock:
         return self.now
 
 
-def buckets(clock: FakeClock) -> list[rate_limits.Bucket]:
+def buckets(clock: FakeClock, folder: Path) -> list[rate_limits.Bucket]:
     name = uuid.uuid4().hex  # Redis is shared with other test runs: a bucket of our own
-    found: list[rate_limits.Bucket] = [rate_limits.CacheBucket(name, 1.0, 3.0, clock)]
+    found: list[rate_limits.Bucket] = [rate_limits.FileBucket(name, 1.0, 3.0, folder, clock)]
     if settings.REDIS_URL:
         found.append(rate_limits.RedisBucket(name, 1.0, 3.0, settings.REDIS_URL, clock))
     return found
 
 
-def test_bucket_allows_a_burst_then_one_per_interval() -> None:
+def test_bucket_allows_a_burst_then_one_per_interval(tmp_path: Path) -> None:
     clock = FakeClock()
-    for bucket in buckets(clock):
+    for bucket in buckets(clock, tmp_path):
         assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
         assert bucket.take() == pytest.approx(1.0)
         clock.now += 1.0
@@ -47,13 +50,37 @@ def test_bucket_allows_a_burst_then_one_per_interval() -> None:
         assert bucket.take() == pytest.approx(0.5)
 
 
-def test_a_429_blocks_every_user_of_the_credential() -> None:
+def test_a_429_blocks_every_user_of_the_credential(tmp_path: Path) -> None:
     clock = FakeClock()
-    for bucket in buckets(clock):
+    for bucket in buckets(clock, tmp_path):
         bucket.block(30)
         assert bucket.take() == pytest.approx(30.0)
         clock.now += 31
         assert bucket.take() == 0.0
+
+
+def _take_all(folder: Path, takes: int) -> int:
+    """In another process: how many of `takes` tokens this process got at once."""
+    bucket = rate_limits.FileBucket("shared", 0.001, 200.0, folder, clock=lambda: 1e6)
+    return sum(bucket.take() == 0.0 for _ in range(takes))
+
+
+def test_the_embedded_bucket_is_atomic_across_processes(tmp_path: Path) -> None:
+    """Four processes take 100 tokens each, at once, from a bucket of 200 (with no refill): 200
+    are granted in all, none twice. A read-modify-write without the lock grants more."""
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(4, mp_context=context) as pool:
+        granted = list(pool.map(_take_all, [tmp_path] * 4, [100] * 4))
+    assert sum(granted) == 200, granted
+
+
+def test_a_damaged_bucket_file_starts_full(tmp_path: Path) -> None:
+    bucket = rate_limits.FileBucket("b", 1.0, 2.0, tmp_path, clock=lambda: 5.0)
+    bucket.path.write_bytes(b"\x00" * 5)  # cut short
+    assert [bucket.take(), bucket.take()] == [0.0, 0.0]
+    assert bucket.take() == pytest.approx(1.0)
+    bucket.path.write_bytes(rate_limits.FileBucket._STATE.pack(float("nan"), 0.0, 0.0))
+    assert bucket.take() == 0.0
 
 
 def test_workers_with_one_credential_share_one_bucket(fake_hub: FakeHub, hub_settings: Any) -> None:
