@@ -24,13 +24,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 
@@ -107,39 +108,84 @@ def bump(*scopes: str) -> None:
         _memo.pop(name, None)  # this process sees its own change at once
 
 
-def bump_on_commit(scopes: Iterable[str]) -> None:
-    names = tuple(dict.fromkeys(scopes))
-    bump(*names)
-    # Again after commit: a page rendered between the save and the commit saw the old rows.
-    transaction.on_commit(lambda: bump(*names))
+class _Pending(threading.local):
+    """What this thread wrote in its open transaction and has not bumped yet: scopes, and
+    models whose scopes are looked up at commit (with their current templates' when True)."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[str, None] = {}
+        self.models: dict[int, bool] = {}
 
 
-def _model_scopes(model_ids: Iterable[int]) -> list[str]:
-    repo_ids = HubModel.objects.filter(pk__in=list(model_ids)).values_list("repo_id", flat=True)
-    return [model_scope(r) for r in repo_ids]
+_pending = _Pending()
 
 
-def _template_scopes_of_models(model_ids: Iterable[int]) -> list[str]:
-    """The templates (default and named) of these models' current snapshots: their pages list
-    the models that use them, with each one's verdict (one query)."""
-    rows = HubModel.objects.filter(pk__in=list(model_ids)).values_list(
+def bump_on_commit(
+    scopes: Iterable[str] = (), models: Iterable[int] = (), *, templates: bool = False
+) -> None:
+    """Bump `scopes`, and the scopes of `models` (with their current templates' if
+    `templates`), once the current transaction commits (at once outside one).
+
+    Not before: a page rendered between the save and the commit shows the old rows, and would
+    be kept under the new generation. A transaction's scopes go out together, by the first of
+    its commit callbacks: the models' scopes in one query, then one cache round trip (a sync
+    saves a model and several parts of it, each with its scopes). A savepoint rolled back
+    leaves what it wrote pending: it goes out with the next commit, one invalidation too many,
+    never one too few."""
+    names = dict.fromkeys(scopes)
+    if not names and not models:
+        return
+    for name in names:
+        _memo.pop(name, None)  # this process sees its own change at once
+    _pending.scopes.update(names)
+    for model_id in models:
+        _pending.models[model_id] = _pending.models.get(model_id, False) or templates
+    transaction.on_commit(_bump_pending)
+
+
+def discard_pending() -> None:
+    """Forget what this thread has not bumped yet (tests, whose transactions never commit)."""
+    _pending.scopes, _pending.models = {}, {}
+
+
+def _bump_pending() -> None:
+    names, models = _pending.scopes, _pending.models
+    discard_pending()
+    if models:
+        try:
+            names.update(dict.fromkeys(_scopes_of_models(models)))
+        except DatabaseError:
+            logger.warning("could not read the changed models' scopes; every page moves on")
+            names[ALL] = None
+    if names:
+        bump(*names)
+
+
+def _scopes_of_models(models: dict[int, bool]) -> list[str]:
+    """Each model's scope and, where asked, its current snapshot's templates' (default and
+    named: their pages list the models that use them, with each one's verdict). One query."""
+    rows = HubModel.objects.filter(pk__in=list(models)).values_list(
+        "pk",
+        "repo_id",
         "current_snapshot__default_template__sha256",
         "current_snapshot__named_templates__version__sha256",
     )
-    return [template_scope(sha) for sha in {sha for row in rows for sha in row if sha}]
+    scopes: list[str] = []
+    for pk, repo_id, default, named in rows:
+        scopes.append(model_scope(repo_id))
+        if models[pk]:
+            scopes += [template_scope(sha) for sha in (default, named) if sha]
+    return scopes
 
 
 def _on_model_saved(instance: HubModel, update_fields: Any = None, **_: Any) -> None:
     if update_fields is not None and set(update_fields) <= QUIET_FIELDS:
         return  # nothing a page shows
-    bump_on_commit(
-        [model_scope(instance.repo_id), LISTINGS, *_template_scopes_of_models([instance.pk])]
-    )
+    bump_on_commit([LISTINGS], [instance.pk], templates=True)
 
 
 def _on_catalog_changed(model_ids: Iterable[int] = (), **_: Any) -> None:
-    ids = list(model_ids)
-    bump_on_commit([LISTINGS, *_model_scopes(ids), *_template_scopes_of_models(ids)])
+    bump_on_commit([LISTINGS], list(model_ids), templates=True)
 
 
 def _on_check_saved(instance: CheckRun, **_: Any) -> None:
@@ -161,10 +207,9 @@ def _on_part_of_a_model_saved(instance: Any, **_: Any) -> None:
             .values_list("model_id", flat=True)
             .first()
         )
-    scopes = _model_scopes([model_id]) if model_id is not None else []
-    if isinstance(instance, TemplateChange):
-        scopes.append(LISTINGS)  # the feeds and "template changed" in the catalog
-    bump_on_commit(scopes)
+    # The feeds and "template changed" in the catalog list changes.
+    scopes = [LISTINGS] if isinstance(instance, TemplateChange) else []
+    bump_on_commit(scopes, [model_id] if model_id is not None else [])
 
 
 def _on_delete(**_: Any) -> None:

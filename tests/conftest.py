@@ -51,6 +51,19 @@ def broker_not_known_down() -> Iterator[None]:
     jobs._broker_down_until = 0.0
 
 
+@pytest.fixture(autouse=True)
+def fresh_page_cache(request: pytest.FixtureRequest) -> None:
+    """Each database test starts a new generation of every cached page. A test's writes never
+    commit, so they bump nothing (bumps go out after commit), and Redis outlives the test: a
+    page an earlier test rendered from the same demo catalog would otherwise be served."""
+    if request.node.get_closest_marker("django_db") is None:
+        return
+    from dashboard import page_cache
+
+    page_cache.discard_pending()
+    page_cache.bump(page_cache.ALL)
+
+
 @pytest.fixture
 def corpus_dir() -> Path:
     return require_corpus()

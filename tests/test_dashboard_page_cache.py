@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -21,6 +23,10 @@ from tests.dashboard_data import (
     healthy_service,  # noqa: F401 - a fixture
 )
 
+#: pytest-django's `django_capture_on_commit_callbacks`: a test's writes never commit (the test
+#: runs in a transaction rolled back at its end); `execute=True` runs what a commit would.
+CommitCallbacks = Callable[..., AbstractContextManager[list[Callable[[], Any]]]]
+
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("healthy_service")]
 
 
@@ -35,7 +41,9 @@ def memory_cache(settings: SettingsWrapper) -> None:
 
 @pytest.mark.usefixtures("memory_cache")
 def test_a_page_is_served_from_the_cache_until_a_check_lands(
-    client: Client, django_assert_num_queries: DjangoAssertNumQueries
+    client: Client,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    django_capture_on_commit_callbacks: CommitCallbacks,
 ) -> None:
     build_catalog()
     first = client.get("/", {"verdict": "pending"})
@@ -45,7 +53,8 @@ def test_a_page_is_served_from_the_cache_until_a_check_lands(
     assert second["X-Cache"] == "hit" and second.content == first.content
     # The check of the pending model finishes: the same URL now shows the new state.
     version = HubModel.objects.get(repo_id=PENDING_REPO).current_snapshot.default_template  # type: ignore[union-attr]
-    record_check(version, check_in_process(version, TOKENS))
+    with django_capture_on_commit_callbacks(execute=True):  # the check's transaction commits
+        record_check(version, check_in_process(version, TOKENS))
     third = client.get("/", {"verdict": "pending"})
     assert third["X-Cache"] == "miss"
     assert PENDING_REPO not in third.content.decode()
@@ -113,9 +122,10 @@ def test_an_unchanged_sync_invalidates_no_page(client: Client) -> None:
 
 @pytest.mark.usefixtures("memory_cache")
 def test_a_new_verdict_invalidates_that_models_pages_and_the_listings_only(
-    client: Client,
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
 ) -> None:
-    catalog = build_catalog()
+    with django_capture_on_commit_callbacks(execute=True):  # the catalog was committed before
+        catalog = build_catalog()
     pending = HubModel.objects.get(repo_id=PENDING_REPO)
     version = pending.current_snapshot.default_template  # type: ignore[union-attr]
     safe = catalog.safe
@@ -125,7 +135,8 @@ def test_a_new_verdict_invalidates_that_models_pages_and_the_listings_only(
     hits(client, *others, *touched)
     # While its check runs, the pending model's page is live (never kept); the rest are kept.
     assert hits(client, *others, *touched) == ["hit"] * 3 + ["live"] + ["hit"] * 3
-    record_check(version, check_in_process(version, TOKENS))  # the pending model's verdict
+    with django_capture_on_commit_callbacks(execute=True):
+        record_check(version, check_in_process(version, TOKENS))  # the pending model's verdict
     assert hits(client, *others) == ["hit"] * 3
     assert hits(client, *touched) == ["miss"] * 4
     assert hits(client, *touched) == ["hit"] * 4
@@ -133,16 +144,21 @@ def test_a_new_verdict_invalidates_that_models_pages_and_the_listings_only(
 
 
 @pytest.mark.usefixtures("memory_cache")
-def test_a_deleted_model_drops_every_page(client: Client) -> None:
+def test_a_deleted_model_drops_every_page(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
     catalog = build_catalog()
     url = f"/m/{catalog.safe.repo_id}/"
     hits(client, url, "/")
-    HubModel.objects.filter(repo_id=PENDING_REPO).delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        HubModel.objects.filter(repo_id=PENDING_REPO).delete()
     assert hits(client, url, "/") == ["miss", "miss"]
 
 
 @pytest.mark.usefixtures("memory_cache")
-def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(client: Client) -> None:
+def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
     from django.core.cache import cache
     from django.test import RequestFactory
 
@@ -152,7 +168,8 @@ def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(client: C
     first = client.get("/", {"verdict": "pending"})
     assert first["X-Cache"] == "miss" and PENDING_REPO in first.content.decode()
     version = HubModel.objects.get(repo_id=PENDING_REPO).current_snapshot.default_template  # type: ignore[union-attr]
-    record_check(version, check_in_process(version, TOKENS))
+    with django_capture_on_commit_callbacks(execute=True):
+        record_check(version, check_in_process(version, TOKENS))
     # Another process has started rebuilding this page: this one serves the copy it has.
     key = page_cache._key(RequestFactory().get("/", {"verdict": "pending"}))
     assert cache.add(f"{key}:rebuild", 1, 10)
@@ -173,3 +190,42 @@ def test_a_copy_newer_than_this_process_knows_is_fresh() -> None:
     assert _up_to_date(["5", "7"], ["5", "7"])
     assert not _up_to_date(["5", "6"], ["5", "7"])
     assert not _up_to_date(["5"], ["5", "7"])  # another page shape: never the same entry
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_transaction_moves_its_pages_on_once_at_commit(
+    client: Client,
+    django_capture_on_commit_callbacks: CommitCallbacks,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sync saves a model and several parts of it in one transaction: their scopes go to the
+    cache together, after the commit; a page read before the commit is still the old copy."""
+    from django.db import transaction
+
+    from dashboard import page_cache
+
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog = build_catalog()
+    model = catalog.unsafe
+    url = f"/m/{model.repo_id}/"
+    assert hits(client, url, "/") == ["miss", "miss"]
+    bumped: list[tuple[str, ...]] = []
+    real_bump = page_cache.bump
+
+    def counted_bump(*scopes: str) -> None:
+        bumped.append(scopes)
+        real_bump(*scopes)
+
+    monkeypatch.setattr(page_cache, "bump", counted_bump)
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        model.pipeline_tag = "text-generation"
+        model.save()
+        model.library_name = "mlx"
+        model.save(update_fields=["library_name"])
+        HubModel.objects.filter(pk=catalog.safe.pk).get().save()
+        assert hits(client, url, "/") == ["hit", "hit"]  # not committed: nothing moved on
+        assert bumped == []
+    assert len(bumped) == 1  # one round trip for the whole transaction
+    assert {page_cache.model_scope(model.repo_id), page_cache.LISTINGS} <= set(bumped[0])
+    assert page_cache.model_scope(catalog.safe.repo_id) in bumped[0]
+    assert hits(client, url, "/") == ["miss", "miss"]
