@@ -11,6 +11,7 @@ so no call site names a queue.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import secrets
@@ -60,9 +61,12 @@ def _send(task: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id
 
 def task_named(name: str) -> Any:
     """The registered task called `name`. A process that has not imported the tasks' modules (a
-    web worker never needs them to start) has the app's autodiscovery import them now, once."""
+    web worker never needs them to start) imports them now, once: the app's `imports`, and only
+    those (the loader's `import_default_modules` would also run Django's system checks, a
+    second of a web request's time)."""
     if name not in current_app.tasks:
-        current_app.loader.import_default_modules()
+        for module in current_app.conf.imports:
+            importlib.import_module(module)
     return current_app.tasks[name]
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -582,7 +581,8 @@ def _record_changes(
 
 
 def record(model_pk: int, observation: Observation) -> SyncResult:
-    """Write what a sync observed, all or nothing; send template_changed after commit."""
+    """Write what a sync observed, all or nothing, with template_changed for each new change
+    (its receivers enqueue after commit)."""
     with transaction.atomic():
         model = HubModel.objects.select_for_update().get(pk=model_pk)
         if (
@@ -645,7 +645,9 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         if observation.broken_reason and model.current_snapshot_id is None:
             record_unreadable(model.pk, observation.broken_reason)
         for change in created:
-            transaction.on_commit(partial(_announce, change.pk))
+            # In the transaction: the change and the message about it (an outbox row, sent
+            # after commit) are written together.
+            _announce(change.pk)
         # Snapshots and named templates are bulk-created, drift updated in bulk (no post_save):
         # say so to the pages.
         drifted = refresh_drift(model)
@@ -726,7 +728,9 @@ def record_history(
         changed = _assign(model, values)
         model.save(update_fields=changed)
         for change in created:
-            transaction.on_commit(partial(_announce, change.pk))  # checks; no event (backfilled)
+            # In the transaction: the change and the message about it (an outbox row, sent
+            # after commit) are written together.
+            _announce(change.pk)  # checks; no event (backfilled)
         # A base's older templates are known now: a derivative that copied one is "older".
         drifted = refresh_drift(model)
         catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])

@@ -214,7 +214,7 @@ def test_every_task_asked_for_by_name_is_registered() -> None:
 
 def test_a_web_process_sends_by_name_without_having_imported_the_tasks() -> None:
     """A web worker never imports the tasks' modules to start; its first send has the app's
-    autodiscovery load them (before, the name was unknown there and every send waited for the
+    `imports` load them (before, the name was unknown there and every send waited for the
     outbox's flush)."""
     import os
     import subprocess

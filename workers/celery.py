@@ -30,7 +30,9 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
 
 app = Celery("cachesafe")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["registry", "alerts", "workers", "probe"])
+# The modules that define tasks: a worker imports them at start, and a process that only
+# sends (a web worker) on its first send (`registry.jobs.task_named`).
+app.conf.imports = ("registry.tasks", "alerts.tasks", "workers.tasks", "probe.tasks")
 
 app.conf.update(
     task_routes=TASK_ROUTES,
