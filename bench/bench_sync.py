@@ -109,16 +109,18 @@ def through_worker(model_pks: list[int], processes: int = 2) -> float:
     from workers.celery import app
 
     name = f"bench-sync-{os.getpid()}@localhost"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", "hub", "-n", name,
-         "--concurrency", str(processes), "--loglevel", "WARNING"],
-        cwd=REPO_ROOT,
-    )  # fmt: skip
+    log = Path(tempfile.mkstemp(prefix="cachesafe-bench-worker-", suffix=".log")[1])
+    with log.open("w") as output:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", "hub", "-n", name,
+             "--concurrency", str(processes), "--loglevel", "WARNING"],
+            cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not app.control.ping(destination=[name], timeout=1.0):
             if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the Celery worker did not start")
+                raise SystemExit(f"the Celery worker did not start; its log: {log}")
         started = time.perf_counter()
         for pk in model_pks:
             app.send_task("hub.sync_repo", args=[pk])
@@ -126,12 +128,16 @@ def through_worker(model_pks: list[int], processes: int = 2) -> float:
         deadline = time.monotonic() + 1800
         while pending.exists():
             if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the worker stopped with {pending.count()} repos not synced")
+                raise SystemExit(
+                    f"the worker stopped with {pending.count()} repos not synced; its log: {log}"
+                )
             time.sleep(0.05)
-        return time.perf_counter() - started
+        seconds = time.perf_counter() - started
     finally:
         worker.terminate()
         worker.wait(timeout=60)
+    log.unlink()  # kept when the worker failed: the errors above name it
+    return seconds
 
 
 def hub_stats(url: str) -> dict[str, object]:
