@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -320,12 +321,17 @@ def test_pages_refuse_post(client: Client, catalog: Catalog) -> None:
     assert client.post(f"/t/{sha(catalog.unsafe)}/").status_code == 405
 
 
-def test_named_templates_are_listed_with_their_verdicts(client: Client, catalog: Catalog) -> None:
+def test_named_templates_are_listed_with_their_verdicts(
+    client: Client, catalog: Catalog, django_capture_on_commit_callbacks: Any
+) -> None:
     snapshot = catalog.unsafe.current_snapshot
     assert snapshot is not None
     single = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
     assert "Named templates" not in single  # only `default`: nothing to list
-    NamedTemplate.objects.create(snapshot=snapshot, name="tool_use", version=catalog.old_version)
+    with django_capture_on_commit_callbacks(execute=True):  # the cached page moves on at commit
+        NamedTemplate.objects.create(
+            snapshot=snapshot, name="tool_use", version=catalog.old_version
+        )
     body = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
     named = body.split("<dt>Named templates</dt>")[1].split("</dd>")[0]
     assert f'href="/t/{catalog.old_version.sha256}/"><code>tool_use</code>' in named
