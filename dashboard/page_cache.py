@@ -184,7 +184,10 @@ def _on_model_saved(instance: HubModel, update_fields: Any = None, **_: Any) -> 
     bump_on_commit([LISTINGS], [instance.pk], templates=True)
 
 
-def _on_catalog_changed(model_ids: Iterable[int] = (), **_: Any) -> None:
+def _on_catalog_changed(model_ids: Iterable[int] | None = (), **_: Any) -> None:
+    if model_ids is None:  # any model (the signal's contract): every page
+        bump_on_commit([ALL])
+        return
     bump_on_commit([LISTINGS], list(model_ids), templates=True)
 
 

@@ -229,3 +229,19 @@ def test_a_transaction_moves_its_pages_on_once_at_commit(
     assert {page_cache.model_scope(model.repo_id), page_cache.LISTINGS} <= set(bumped[0])
     assert page_cache.model_scope(catalog.safe.repo_id) in bumped[0]
     assert hits(client, url, "/") == ["miss", "miss"]
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_change_to_any_model_drops_every_page(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
+    """`catalog_changed` without model ids means any model may have changed."""
+    from registry.signals import catalog_changed
+
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog = build_catalog()
+    urls = (f"/m/{catalog.safe.repo_id}/", "/")
+    assert hits(client, *urls) == ["miss", "miss"]
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog_changed.send(sender=HubModel, model_ids=None)
+    assert hits(client, *urls) == ["miss", "miss"]
