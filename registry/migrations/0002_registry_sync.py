@@ -9,8 +9,9 @@ from django.db import migrations, models
 
 
 def create_cache_table(apps: Any, schema_editor: Any) -> None:
-    # The embedded defaults keep rate-limit buckets in the database cache: make sure its table
-    # exists wherever `migrate` ran (a no-op when the cache is Redis or the table is there).
+    # The embedded defaults keep the page cache and the per-address limits in the database
+    # cache: make sure its table exists wherever `migrate` ran (a no-op when the cache is Redis
+    # or the table is there).
     call_command("createcachetable", database=schema_editor.connection.alias, verbosity=0)
 
 
