@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db.models import F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.lookups import Exact
@@ -260,6 +260,20 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def count(self) -> int:
         rows: Any = self.object_list  # a QuerySet: sliced, it counts in a subquery
         return int(rows.order_by().values("pk")[: COUNT_CAP + 1].count())
+
+    def page(self, number: Any) -> Page:  # type: ignore[type-arg]
+        """Page 1, where every search starts, reads one row more than a page before any count:
+        fewer rows than that are every match, so a search narrowed by typing costs one query."""
+        if number not in (1, "1") or "count" in self.__dict__:
+            return super().page(number)
+        rows = list(self.object_list[: self.per_page + 1])
+        if len(rows) <= self.per_page:
+            self.__dict__["count"] = len(rows)  # the cached_property's value, known for free
+        return Page(rows[: self.per_page], 1, self)
+
+    def validate_number(self, number: Any) -> int:
+        # Page 1 always exists (an empty catalog shows an empty first page): no count for it.
+        return 1 if number in (1, "1") else super().validate_number(number)
 
     @property
     def capped(self) -> bool:

@@ -6,10 +6,15 @@ import re
 
 import pytest
 from django.test import Client
+from django.urls import reverse, set_script_prefix
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from dashboard.templatetags.dashboard import model_url
+from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
 from registry.models import CatalogVerdict, DiscoveryRun, HubModel, ModelStatus
 from registry.verdicts import latest_check
@@ -220,7 +225,7 @@ def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: 
 
 
 @pytest.mark.usefixtures("healthy_service")
-def test_the_catalog_costs_two_queries_however_many_models(
+def test_the_catalog_costs_two_queries_however_many_models_one_if_fewer_than_a_page(
     client: Client,
     catalog: Catalog,
     django_assert_num_queries: DjangoAssertNumQueries,
@@ -230,11 +235,22 @@ def test_the_catalog_costs_two_queries_however_many_models(
     HubModel.objects.bulk_create(
         HubModel(repo_id=f"bulk/m{i:03d}", author="bulk", status=ModelStatus.OK) for i in range(80)
     )
-    # One COUNT for the paginator, one SELECT with the catalog verdicts joined: no N+1.
+    # One SELECT with the catalog verdicts joined (no N+1), one COUNT for the paginator.
     with django_assert_num_queries(2):
         response = client.get("/", {"verdict": "pending", "hybrid": "no"})
     assert response.status_code == 200
     assert len(rows(response.content.decode())) == 50
+    # What typing narrows to: fewer matches than a page are all of them, counted for free.
+    with django_assert_num_queries(1):
+        narrow = client.get("/", {"q": "bulk/m07"}).content.decode()
+    assert len(rows(narrow)) == 10 and "10 models matching" in narrow
+    assert 'rel="next"' not in narrow
+    broad = client.get("/", {"q": "bulk/"}).content.decode()
+    assert len(rows(broad)) == 50 and "80 models matching" in broad and "Page 1 of 2" in broad
+    second = client.get("/", {"q": "bulk/", "page": "2"}).content.decode()
+    assert len(rows(second)) == 30 and "Page 2 of 2" in second
+    nothing = client.get("/", {"q": "no-such-model-anywhere"}).content.decode()
+    assert "0 models matching" in nothing and "No model matches" in nothing
     # The landing page adds the discovery panel's, however many models: the latest run, how
     # far its new repos got (one aggregate), whether any model is real (not demo).
     DiscoveryRun.objects.create(
@@ -273,3 +289,39 @@ def test_a_reuse_column_to_sort_by_and_summaries_that_keep_their_numbers(
     unsafe = body.split(f'href="/m/{catalog.unsafe.repo_id}/"')[1].split("</td>")[0]
     summary = unsafe.split('class="summary">')[1].split("</div>")[0]
     assert "%" in summary and ("can come from the cache" in summary)
+
+
+def test_catalog_rows_escape_hub_text_in_text_and_in_attributes(
+    client: Client, catalog: Catalog
+) -> None:
+    """A row prints its summary as text and its base model (from the Hub's model card) inside a
+    title attribute; the rows' Jinja2 template escapes both, quotes included."""
+    HubModel.objects.filter(repo_id=HOSTILE_REPO).update(
+        drift="edited",
+        base_model='x"><script>alert("base")</script>',
+        verdict_summary='<img src=x onerror=alert(1)> it\'s "quoted".',
+        downloads=10**9,
+    )
+    body = client.get("/").content.decode()
+    row = body.split(f'class="repo" href="/m/{HOSTILE_REPO}/"')[1].split("</tr>")[0]
+    assert "<script>" not in row and "<img" not in row
+    assert (
+        'title="Its template differs from every version of '
+        "x&#34;&gt;&lt;script&gt;alert(&#34;base&#34;)&lt;/script&gt;'s\">edited template</span>"
+    ) in row
+    assert "&lt;img src=x onerror=alert(1)&gt; it&#39;s &#34;quoted&#34;." in row
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    org=st.from_regex(RepoPartConverter.regex, fullmatch=True),
+    name=st.from_regex(RepoPartConverter.regex, fullmatch=True),
+    prefix=st.sampled_from(["/", "/cachesafe/"]),
+)
+def test_model_links_are_what_the_urlconf_reverses(org: str, name: str, prefix: str) -> None:
+    """Catalog rows build a model's link without the resolver; it must stay the URLconf's."""
+    set_script_prefix(prefix)
+    try:
+        assert model_url(f"{org}/{name}") == reverse("dashboard:model", args=[org, name])
+    finally:
+        set_script_prefix("/")

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import cache
+from typing import Any
+from urllib.parse import quote
 
 from django import template
-from django.urls import reverse
+from django.template import engines
+from django.urls import get_script_prefix, reverse
+from django.utils.safestring import SafeString, mark_safe
 
 from checks import figures
 from checks.setups import Setup
@@ -31,7 +36,23 @@ def short(value: str | None, length: int = 12) -> str:
 def model_url(repo_id: str, *rest: object) -> str:
     """`{% model_url repo_id %}` → /m/<org>/<name>/ (a repo id holds exactly one slash)."""
     org, name = repo_id.split("/", 1)
-    return reverse("dashboard:model", args=[org, name])
+    return f"{_model_url_stem(get_script_prefix())}{quote(org, safe='')}/{quote(name, safe='')}/"
+
+
+@cache
+def _model_url_stem(script_prefix: str) -> str:
+    """What comes before the repo id in a model page's URL, asked of the URLconf once per
+    script prefix: `reverse()` cost 40 µs, and a catalog page links 50 models."""
+    return reverse("dashboard:model", args=["o", "n"]).removesuffix("o/n/")
+
+
+@register.simple_tag
+def catalog_rows(page: Any, query: CatalogQuery) -> SafeString:
+    """The catalog's rows, rendered by Jinja2 (`dashboard/jinja2/dashboard/catalog_rows.html`),
+    which escapes every value it prints (autoescape): 50 rows took 15 ms in the Django template
+    language on a 2-core machine."""
+    rows = engines["jinja2"].get_template("dashboard/catalog_rows.html")
+    return mark_safe(rows.render({"page": page, "query": query}))
 
 
 @register.simple_tag
@@ -39,12 +60,12 @@ def pair_url(sha256: str, location: PairLocation) -> str:
     return reverse("dashboard:pair", args=[sha256, *location.url_args])
 
 
+_VERDICT_LABELS = {value: str(label) for value, label in Verdict.choices}
+
+
 @register.filter
 def verdict_label(value: str) -> str:
-    try:
-        return str(Verdict(value).label)
-    except ValueError:
-        return value
+    return _VERDICT_LABELS.get(value, value)
 
 
 @register.filter

@@ -1,0 +1,52 @@
+"""The Jinja2 environment of the templates under `dashboard/jinja2/`: the catalog's rows, the
+one piece of markup a search repeats fifty times (docs/dashboard.md, "Search at 100,000
+models", says why they are not in the Django template language). Its filters are the
+dashboard's own, not copies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.utils import timezone
+from jinja2 import Environment
+
+from dashboard.templatetags.dashboard import model_url, percent, sentences, thousands, verdict_label
+from registry.models import CatalogVerdict, HubModel, ModelFormat, ModelStatus, ProbeStatus
+
+
+def _labels(choices: list[tuple[str, str]]) -> dict[str, str]:
+    return {value: str(label) for value, label in choices}
+
+
+#: What `get_<field>_display()` prints, as plain lookups: that method costs 15 µs a call.
+LABELS = {
+    "format": _labels(ModelFormat.choices),
+    "status": _labels(ModelStatus.choices),
+    "probe": _labels(ProbeStatus.choices),
+}
+
+
+def catalog_verdict(model: HubModel) -> CatalogVerdict | None:
+    """The model's catalog row, or None when it has none yet (the Django template language
+    swallows that error; Jinja2 would not)."""
+    try:
+        return model.catalog_verdict
+    except ObjectDoesNotExist:
+        return None
+
+
+def environment(**options: Any) -> Environment:
+    env = Environment(**options)
+    env.globals.update(model_url=model_url, catalog_verdict=catalog_verdict, labels=LABELS)
+    env.filters.update(
+        label=lambda value, labels: labels.get(value, value),
+        percent=percent,
+        sentences=sentences,
+        thousands=thousands,
+        verdict_label=verdict_label,
+        # What the Django template language's `date:'c'` and `date:'Y-m-d'` print.
+        isoformat=lambda moment: timezone.localtime(moment).isoformat(),
+        day=lambda moment: timezone.localtime(moment).strftime("%Y-%m-%d"),
+    )
+    return env
