@@ -1,17 +1,25 @@
-"""The Jinja2 environment of the templates under `dashboard/jinja2/`: the catalog's rows, the
-one piece of markup a search repeats fifty times (docs/dashboard.md, "Search at 100,000
-models", says why they are not in the Django template language). Its filters are the
-dashboard's own, not copies."""
+"""The Jinja2 environment of the templates under `dashboard/jinja2/`: the catalog's form and
+results, what every search renders (docs/dashboard.md, "Search at 100,000 models", says why
+they are not in the Django template language). Its filters are the dashboard's own, not
+copies."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.urls import reverse
 from django.utils import timezone
 from jinja2 import Environment
 
-from dashboard.templatetags.dashboard import model_url, percent, sentences, thousands, verdict_label
+from dashboard.templatetags.dashboard import (
+    catalog_url,
+    model_url,
+    percent,
+    sentences,
+    thousands,
+    verdict_label,
+)
 from registry.models import CatalogVerdict, HubModel, ModelFormat, ModelStatus, ProbeStatus
 
 
@@ -38,9 +46,15 @@ def catalog_verdict(model: HubModel) -> CatalogVerdict | None:
 
 def environment(**options: Any) -> Environment:
     env = Environment(**options)
-    env.globals.update(model_url=model_url, catalog_verdict=catalog_verdict, labels=LABELS)
+    env.globals.update(
+        url=lambda name, *args: reverse(name, args=args),
+        model_url=model_url,
+        catalog_verdict=catalog_verdict,
+        labels=LABELS,
+    )
     env.filters.update(
         label=lambda value, labels: labels.get(value, value),
+        catalog_url=catalog_url,
         percent=percent,
         sentences=sentences,
         thousands=thousands,

@@ -81,7 +81,7 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
         "sorts": SORT_LABELS.items(),
     }
     if request.htmx:
-        return render(request, "dashboard/catalog.html#results", context)
+        return render(request, "dashboard/catalog_results.html", context, using="jinja2")
     context["show_discovery"] = not query.active and page.number == 1
     if context["show_discovery"]:
         # The landing page only: the demo notice and discovery's progress (three queries).
