@@ -194,10 +194,10 @@ def main() -> int:
             f"\nuncached, one client, p50 ms over {ROUNDS} rounds (load average {' '.join(load)})"
         )
         header = "".join(f"{f'{s:,} models':>16}{'/ trivial':>11}" for s in SIZES)
-        print(f"{'request':<20}{header}{'100k / 10k':>12}")
+        print(f"{'request':<30}{header}{'100k / 10k':>12}")
         worst = worst_typing = 0.0
         for label in results[SIZES[0]]:
-            row = f"{label:<20}"
+            row = f"{label:<30}"
             for size in SIZES:
                 p50 = results[size][label]
                 ratio = p50 / results[size]["trivial view"]

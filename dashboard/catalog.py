@@ -262,18 +262,17 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         return int(rows.order_by().values("pk")[: COUNT_CAP + 1].count())
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
-        """Page 1, where every search starts, reads one row more than a page before any count:
-        fewer rows than that are every match, so a search narrowed by typing costs one query."""
-        if number not in (1, "1") or "count" in self.__dict__:
-            return super().page(number)
-        rows = list(self.object_list[: self.per_page + 1])
-        if len(rows) <= self.per_page:
-            self.__dict__["count"] = len(rows)  # the cached_property's value, known for free
-        return Page(rows[: self.per_page], 1, self)
-
-    def validate_number(self, number: Any) -> int:
-        # Page 1 always exists (an empty catalog shows an empty first page): no count for it.
-        return 1 if number in (1, "1") else super().validate_number(number)
+        """The rows of page `number`. Under the cap they are read through the search's index
+        and then sorted: PostgreSQL guesses 2% of the catalog matches a short word, and for a
+        rare one it walked the downloads index through all 100,000 models to fill a page
+        (70 ms, against 0.4). Over the cap, that walk is the fast plan (50 matches early)."""
+        number = self.validate_number(number)
+        rows: Any = self.object_list
+        if not self.capped:
+            rows = rows.filter(pk__in=rows.order_by().values("pk")[: COUNT_CAP + 1])
+        bottom = (number - 1) * self.per_page
+        top = min(bottom + self.per_page, self.count)  # no matches, no second query
+        return Page(rows[bottom:top], number, self)
 
     @property
     def capped(self) -> bool:
