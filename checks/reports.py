@@ -276,7 +276,8 @@ def error_report(
         sha256=source.sha256,
         engine_version=ENGINE_VERSION,
         verdict=ERROR,
-        summary=f"Could not check this template: {reason}.",
+        # One sentence: a reason may end with its own period (Jinja's messages do).
+        summary=f"Could not check this template: {reason.rstrip('.')}.",
         reason=reason,
         template_names=source.names,
         kwargs_read=(),

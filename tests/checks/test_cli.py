@@ -145,6 +145,17 @@ def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     assert "got int" in reports["broken_tokenizer_config.json"]["summary"]
 
 
+def test_a_syntax_error_reads_as_one_sentence(tmp_path: Path) -> None:
+    """Jinja's message ends with a period of its own; the summary adds none after it."""
+    (tmp_path / "bad.jinja").write_text("{{ messages | from_json }}")
+    (report,) = results(run(str(tmp_path / "bad.jinja"), "--json"))
+    assert report["verdict"] == "error"
+    assert report["summary"] == (
+        "Could not check this template: template syntax error at line 1: "
+        "No filter named 'from_json'."
+    )
+
+
 def test_repository_directory_uses_transformers_precedence(tmp_path: Path) -> None:
     (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}" + CHATML)
     (tmp_path / "tokenizer_config.json").write_text(
