@@ -250,6 +250,10 @@ class HubModel(models.Model):
         indexes = [
             # A base page lists the models whose card names it (`base_model__iexact`).
             models.Index(Upper("base_model"), name="hubmodel_base_model_upper"),
+            # A card's base, a pasted repo id and an API path are found case-insensitively
+            # (`repo_id__iexact`): without it, a sequential scan (74 ms at 100,000 models) on
+            # every derivative's sync and every derivative's model page.
+            models.Index(Upper("repo_id"), name="hubmodel_repo_id_upper"),
         ]
 
     def __str__(self) -> str:
