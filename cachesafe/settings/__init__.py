@@ -89,7 +89,8 @@ TEMPLATES = [
         },
     },
     {
-        # The catalog's rows only (dashboard/jinja.py says why); every page is a Django template.
+        # The catalog's form and results only (dashboard/jinja.py says why); every page is a
+        # Django template.
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "NAME": "jinja2",
         "DIRS": [],
