@@ -102,9 +102,14 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
         # Someone alive is on it; look again later (it will be done by then, or its lease over).
         raise self.retry(countdown=5, max_retries=None)
     try:
-        CheckRun.objects.filter(pk=run_id).update(
-            status=CheckStatus.RUNNING, started_at=timezone.now(), progress=10
-        )
+        # Read again under the lease: a duplicate that read the run before another delivery
+        # stored its result, and took the lease once that one let it go, must not redo it.
+        if (
+            not CheckRun.objects.filter(pk=run_id)
+            .exclude(status=CheckStatus.DONE)
+            .update(status=CheckStatus.RUNNING, started_at=timezone.now(), progress=10)
+        ):
+            return "done already"
         logger.info("check %s: running the engine on %s", run_id, run.template_version.sha256)
         report = run_engine(run)
         pipeline.store_result(run_id, report)

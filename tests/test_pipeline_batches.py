@@ -8,7 +8,7 @@ import pytest
 
 from checks import TemplateReport
 from registry import pipeline
-from registry.models import CheckRun, CheckStatus, EventKind, HubModel, ModelEvent, Verdict
+from registry.models import CheckRun, CheckStatus, EventKind, HubModel, Lease, ModelEvent, Verdict
 from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,3 +113,30 @@ def test_stalled_pending_runs_are_sent_again(sent: list[int]) -> None:
     finish(run, Verdict.SAFE)
     assert CheckRun.objects.get().status == CheckStatus.DONE
     assert pipeline.resend_stalled_checks() == 0
+
+
+def test_a_duplicate_that_gets_the_lease_after_the_result_is_stored_does_not_redo_it(
+    sent: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two deliveries of one check: the second reads the run while the first is still on it,
+    and takes the lease once the first has stored its result and let the lease go. It must
+    find the run done then, not run the engine again (seen with a worker fed at once)."""
+    from registry import jobs, tasks
+
+    add_model("org/twice", SAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+    acquire = jobs.acquire
+
+    def the_first_finishes_meanwhile(key: str, ttl: Any) -> bool:
+        finish(run, Verdict.SAFE)  # the other delivery stores its result, then releases
+        return acquire(key, ttl)
+
+    def engine(_run: CheckRun) -> dict[str, Any]:
+        raise AssertionError("the engine ran again for a check already done")
+
+    monkeypatch.setattr(jobs, "acquire", the_first_finishes_meanwhile)
+    monkeypatch.setattr(tasks, "run_engine", engine)
+    assert tasks.run_check.apply(args=(run.pk,)).get() == "done already"
+    assert CheckRun.objects.get(pk=run.pk).status == CheckStatus.DONE
+    assert not Lease.objects.exists()
