@@ -1,0 +1,216 @@
+"""The embedded broker (workers/broker.py): kombu's folder transport, whose consumer looks
+again at once while its prefetch holds messages back, and reads messages from its last listing
+of the folder. Real kombu connections on a temporary folder; messages written by kombu's stock
+folder transport, as a web process that only sends writes them."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import pytest
+from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+
+from workers import broker
+from workers.broker import HELD_BACK_MAX, HELD_BACK_WAIT, FolderTransport
+
+POLLING = 0.1
+
+
+def options(folder: Path) -> dict[str, Any]:
+    queue = folder / "queue"
+    for sub in ("queue", "processed", "control"):
+        (folder / sub).mkdir(exist_ok=True)
+    return {
+        "data_folder_in": str(queue),
+        "data_folder_out": str(queue),
+        "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
+        "store_processed": False,
+        "polling_interval": POLLING,
+    }
+
+
+def named(name: str) -> str:
+    """A queue name of this test alone: kombu keeps the bindings it declared in a state shared
+    by every folder connection of the process, and would skip binding a name again in another
+    folder."""
+    return f"{name}_{uuid.uuid4().hex[:8]}"
+
+
+def send(folder: Path, queue: str, *bodies: str) -> None:
+    """Publish with kombu's own folder transport (what a sending process uses)."""
+    with Connection("filesystem://", transport_options=options(folder)) as conn:
+        producer = Producer(conn.channel(), exchange=Exchange(queue, "direct"), routing_key=queue)
+        for body in bodies:
+            producer.publish(body, declare=[Queue(queue, Exchange(queue, "direct"), queue)])
+            time.sleep(0.002)  # kombu names messages by the millisecond, a tie by a uuid
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def consumer_conn(folder: Path) -> Iterator[Connection]:
+    conn = Connection("filesystem://", transport=FolderTransport, transport_options=options(folder))
+    yield conn
+    conn.release()
+
+
+def test_the_settings_use_it_for_the_embedded_broker_only(settings: Any) -> None:
+    from workers.celery import app
+
+    with app.connection_for_write() as conn:
+        used = conn.transport_cls
+    if settings.REDIS_URL:
+        assert settings.CELERY_BROKER_URL.startswith("redis")
+        assert not hasattr(settings, "CELERY_BROKER_TRANSPORT")
+    else:
+        assert settings.CELERY_BROKER_TRANSPORT == "workers.broker:FolderTransport"
+        assert used == "workers.broker:FolderTransport"
+
+
+def test_a_full_prefetch_is_polled_soon_and_an_empty_queue_at_the_interval(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = named("hub")
+    send(folder, hub, "one", "two", "three")
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(FolderTransport, "sleep", staticmethod(sleep))
+    got: list[Message] = []
+    channel = consumer_conn.channel()
+    queue = Queue(hub, Exchange(hub, "direct"), hub)
+    with Consumer(channel, [queue], callbacks=[lambda body, msg: got.append(msg)]) as consumer:
+        consumer.qos(prefetch_count=1)
+        consumer_conn.drain_events(timeout=1)
+        assert [m.decode() for m in got] == ["one"]
+        assert waits == []  # a message waited: no sleep at all
+
+        # "one" is not acknowledged: the prefetch holds "two" back. The stock transport slept
+        # the whole interval between looks; this one starts at 2 ms and doubles up to 20.
+        with pytest.raises(TimeoutError):
+            consumer_conn.drain_events(timeout=0.15)
+        expected = [HELD_BACK_WAIT * 2**i for i in range(4)]
+        assert waits[:4] == pytest.approx(expected)
+        assert waits[4:] and set(waits[4:]) <= {HELD_BACK_MAX}
+        assert len(got) == 1
+
+        got[0].ack()
+        waits.clear()
+        consumer_conn.drain_events(timeout=1)
+        assert [m.decode() for m in got] == ["one", "two"]
+        assert waits == []
+        got[1].ack()
+        consumer_conn.drain_events(timeout=1)
+        got[2].ack()
+
+        # Nothing left: the consumer waits the whole polling interval between looks.
+        waits.clear()
+        with pytest.raises(TimeoutError):
+            consumer_conn.drain_events(timeout=0.25)
+        assert waits and set(waits) == {POLLING}
+    assert [m.decode() for m in got] == ["one", "two", "three"]
+
+
+def body(message: dict[str, Any]) -> str:
+    return base64.b64decode(message["body"]).decode()
+
+
+def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, checks = named("hub"), named("checks")
+    for i in range(3):
+        send(folder, hub, f"hub-{i}")
+        send(folder, checks, f"checks-{i}")
+    listings: list[str] = []
+    relist = broker.FolderChannel._relist
+
+    def counted(self: broker.FolderChannel) -> None:
+        listings.append("listed")
+        relist(self)
+
+    monkeypatch.setattr(broker.FolderChannel, "_relist", counted)
+    channel = consumer_conn.channel()
+    assert isinstance(channel, broker.FolderChannel)
+    taken = [channel._get(hub), channel._get(checks), channel._get(hub)]
+    assert [body(m) for m in taken] == ["hub-0", "checks-0", "hub-1"]
+    assert [m["properties"]["delivery_info"]["routing_key"] for m in taken] == [hub, checks, hub]
+    assert len(listings) == 1  # three messages of two queues, one listing of the folder
+
+    # Another consumer takes the next "hub" message first: it is skipped, not an error.
+    queue_dir = folder / "queue"
+    theirs = sorted(queue_dir.glob(f"*.{hub}.msg"))[0]
+    theirs.unlink()
+    with pytest.raises(Empty):
+        channel._get(hub)
+
+    # A message sent after the listing is found once the queue has nothing left listed.
+    send(folder, hub, "hub-late")
+    time.sleep(broker.RELIST_AFTER)
+    assert body(channel._get(hub)) == "hub-late"
+    assert [body(channel._get(checks)) for _ in range(2)] == ["checks-1", "checks-2"]
+    assert not list(queue_dir.iterdir())  # every message taken once, none left behind
+
+
+def test_a_real_celery_worker_on_the_folder_broker_runs_a_queue_of_tasks(tmp_path: Path) -> None:
+    """A Celery worker (two processes) on this transport drains a queue of short tasks, each
+    run once, the way `make run`'s worker drains a discovery's first syncs."""
+    app_module = tmp_path / "foldertasks.py"
+    out = tmp_path / "done"
+    out.mkdir()
+    app_module.write_text(
+        "from pathlib import Path\n"
+        "from celery import Celery\n"
+        f"app = Celery('foldertasks', broker='filesystem://')\n"
+        "app.conf.update(\n"
+        "    broker_transport='workers.broker:FolderTransport',\n"
+        f"    broker_transport_options={options(tmp_path)!r},\n"
+        "    task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,\n"
+        "    worker_hijack_root_logger=False,\n"
+        ")\n"
+        "@app.task(name='touch')\n"
+        "def touch(n):\n"
+        f"    path = Path({str(out)!r}) / str(n)\n"
+        "    assert not path.exists(), 'run twice'\n"
+        "    path.write_text('x')\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"}
+    # Sent from a process of its own, as a web process sends (this one keeps its own app).
+    sender = "import foldertasks\nfor n in range(40): foldertasks.app.send_task('touch', args=[n])"
+    subprocess.run([sys.executable, "-c", sender], cwd=tmp_path, env=env, check=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "foldertasks", "worker", "--concurrency", "2",
+         "--loglevel", "WARNING", "--without-heartbeat", "--without-mingle", "--without-gossip"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.iterdir())) < 40 and time.monotonic() < deadline:
+            assert worker.poll() is None, worker.communicate()[0]
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        log = worker.communicate(timeout=60)[0]
+    assert sorted(int(p.name) for p in out.iterdir()) == list(range(40)), log
+    assert "run twice" not in log
+    assert not list((tmp_path / "queue").glob("*.touch.msg"))
