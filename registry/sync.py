@@ -512,23 +512,25 @@ def _snapshot(
     found = state.found
     assert found is not None
     tokenizer = state.tokenizer_json
-    snapshot, created = TemplateSnapshot.objects.get_or_create(
+    # The model's row is locked (select_for_update) by every writer of its snapshots and
+    # changes, so a read then a create cannot race: no savepoint as get_or_create takes.
+    snapshot = TemplateSnapshot.objects.filter(model=model, commit_sha=state.commit.sha).first()
+    if snapshot is not None:
+        return snapshot
+    snapshot = TemplateSnapshot.objects.create(
         model=model,
         commit_sha=state.commit.sha,
-        defaults={
-            "committed_at": state.commit.date,
-            "source_file": found.source_file,
-            "default_template": _version(found.default, versions),
-            "special_tokens": found.special_tokens,
-            "tokenizer_json_sha": tokenizer.content_id if tokenizer else "",
-            "tokenizer_json_size": tokenizer.size if tokenizer else None,
-        },
+        committed_at=state.commit.date,
+        source_file=found.source_file,
+        default_template=_version(found.default, versions),
+        special_tokens=found.special_tokens,
+        tokenizer_json_sha=tokenizer.content_id if tokenizer else "",
+        tokenizer_json_size=tokenizer.size if tokenizer else None,
     )
-    if created:
-        NamedTemplate.objects.bulk_create(
-            NamedTemplate(snapshot=snapshot, name=name[:100], version=_version(text, versions))
-            for name, text in sorted(found.named.items())
-        )
+    NamedTemplate.objects.bulk_create(
+        NamedTemplate(snapshot=snapshot, name=name[:100], version=_version(text, versions))
+        for name, text in sorted(found.named.items())
+    )
     return snapshot
 
 
@@ -562,20 +564,20 @@ def _record_changes(
         if new_identity == walked.identity:
             continue
         new_version = snapshot.default_template if snapshot is not None else None
-        change, was_created = TemplateChange.objects.get_or_create(
-            model=model,
-            commit_sha=state.commit.sha,
-            defaults={
-                "committed_at": state.commit.date,
-                "title": state.commit.title,
-                "old_version": walked.version,
-                "new_version": new_version,
-                "snapshot": snapshot,
-                "backfilled": backfilled,
-            },
-        )
-        if was_created:
-            walked.created.append(change)
+        # Under the model's row lock, as in _snapshot: no savepoint needed.
+        if not TemplateChange.objects.filter(model=model, commit_sha=state.commit.sha).exists():
+            walked.created.append(
+                TemplateChange.objects.create(
+                    model=model,
+                    commit_sha=state.commit.sha,
+                    committed_at=state.commit.date,
+                    title=state.commit.title,
+                    old_version=walked.version,
+                    new_version=new_version,
+                    snapshot=snapshot,
+                    backfilled=backfilled,
+                )
+            )
         walked.identity, walked.version = new_identity, new_version
     return walked
 

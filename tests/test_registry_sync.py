@@ -220,6 +220,32 @@ def test_second_sync_asks_once_per_repo_and_writes_nothing_but_the_sync_time(
     ) == counts
 
 
+def test_a_first_sync_writes_under_the_model_lock_without_savepoints(
+    fake_hub: FakeHub, syncer: RegistrySync
+) -> None:
+    """A new repo whose template is already known: its snapshot and change are read then
+    created under the model's row lock (no get_or_create savepoints, two queries each); only a
+    new template version, shared by every model, keeps its savepoint."""
+    upload(fake_hub, "org/known", {"tokenizer_config.json": tc(CHATML)})
+    upload(fake_hub, "org/same", {"tokenizer_config.json": tc(CHATML)})
+    first, _ = HubModel.objects.track("org/known", via="track")
+    syncer.sync(first)
+    model, _ = HubModel.objects.track("org/same", via="track")
+    with CaptureQueriesContext(connection) as queries:
+        result = syncer.sync(model)
+    assert (result.outcome, result.changes) == ("updated", 1)
+    sql = [q["sql"] for q in queries]
+    # One: the sync's own transaction, nested in the test's (get_or_create added two more).
+    assert len([q for q in sql if q.startswith("SAVEPOINT")]) == 1, sql
+    inserts = sorted(q.split('"')[1] for q in sql if q.startswith("INSERT"))
+    assert inserts == [
+        "registry_outboxmessage",
+        "registry_templatechange",
+        "registry_templatesnapshot",
+    ]
+    assert TemplateVersion.objects.count() == 1
+
+
 def test_forced_resync_rereads_history_and_adds_no_rows(
     corpus_hub: FakeHub, sync: Callable[..., SyncResult]
 ) -> None:
