@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO, Any
 
 from checks.engine import run_check, template_line
@@ -106,9 +107,7 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
     if job.get("kind") == "diagnose":
         from checks.diagnose import ClientRequest, diagnose_source
 
-        encoder = None
-        if job.get("tokenizer_json") is not None:
-            encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])
+        encoder, _ = job_encoder(job, tokenizers)
         requests = [ClientRequest.from_dict(r) for r in job["requests"]]
         pairs = diagnose_source(source, requests, templates, encoder)
         return {"ok": True, "pairs": [pair.to_dict() for pair in pairs]}
@@ -120,9 +119,7 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         except PairUnavailable as exc:
             return {"ok": True, "unavailable": str(exc)}
         return {"ok": True, "pair": pair}
-    encoder = None
-    if job.get("tokenizer_json") is not None:
-        encoder = tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"])
+    encoder, unreadable = job_encoder(job, tokenizers)
     report = run_check(
         source,
         templates,
@@ -131,7 +128,24 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         tokens=encoder,
         tokenizer_sha=job.get("tokenizer_sha256"),
     )
+    if unreadable:
+        # Said in the summary, as for a tokenizer that could not be downloaded: nobody should
+        # take a bytes-only verdict for a token-level one.
+        report = replace(report, summary=f"{report.summary} (Checked on bytes only: {unreadable}.)")
     return {"ok": True, "report": report.to_dict(), "compilations": templates.compilations}
+
+
+def job_encoder(job: dict[str, Any], tokenizers: TokenizerCache) -> tuple[Encoder | None, str]:
+    """The job's tokenizer, or None and why not: a tokenizer.json this `tokenizers` cannot
+    read (cut short, an LFS pointer, a newer format) costs the token-level checks, not the
+    template's verdict."""
+    if job.get("tokenizer_json") is None:
+        return None, ""
+    try:
+        return tokenizers.get(job["tokenizer_sha256"], job["tokenizer_json"]), ""
+    except Exception as exc:  # noqa: BLE001 - anything `tokenizers` raises on bad input
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return None, f"the tokenizer.json could not be read ({reason.rstrip('.')})"
 
 
 def serve(stdin: IO[str], stdout: IO[str]) -> None:

@@ -169,6 +169,26 @@ def test_token_seam_where_bytes_match(newline_merging_tokenizer: str, pool: Sand
     assert all(p.token_reusable_share is not None for p in chat.pairs)
 
 
+@pytest.mark.parametrize(
+    "unreadable",
+    [
+        '{"version": "1.0", "model": {"type": "BPE"}}',  # no vocabulary: what a stub holds
+        '{"version": "1.0", "model": {"type": "BPE", "vocab": {',  # cut short
+        "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n",  # LFS pointer
+    ],
+)
+def test_an_unreadable_tokenizer_costs_the_token_checks_not_the_verdict(
+    unreadable: str, pool: SandboxPool
+) -> None:
+    on_bytes = check_template(REASONING_ON_LAST, pool=pool, cache=None)
+    report = check_template(REASONING_ON_LAST, tokenizer_json=unreadable, pool=pool, cache=None)
+    assert report.verdict == on_bytes.verdict != "error"
+    assert report.summary.startswith(on_bytes.summary)
+    assert "(Checked on bytes only: the tokenizer.json could not be read (" in report.summary
+    assert report.summary.endswith(".)") and not report.summary.endswith("..)")
+    assert [f.cause for f in report.failures] == [f.cause for f in on_bytes.failures]
+
+
 # History writes a "\n" before the reply that the generation prompt does not end with: a warning
 # on bytes, and with a vocabulary where "\n\n" is one token, a broken token prefix too.
 NEWLINE_BEFORE_REPLY = """{%- for m in messages -%}
