@@ -151,6 +151,17 @@ def refresh_drift(model: HubModel) -> list[int]:
 NOT_SAFE = (Verdict.UNSAFE,)
 
 
+def record_stale_fixes_after_sync(model: HubModel, drifted: list[int]) -> int:
+    """`record_stale_fixes` for a model whose templates a sync just recorded and the models
+    whose drift that moved (`refresh_drift`). Without a query when none can qualify: `model`
+    is neither cache-safe (a base whose derivatives may lag) nor an older copy of its base with
+    a verdict a fix would change, and no drift moved. A new repo's first sync is that case."""
+    lagging = model.drift == DriftKind.OLDER and model.verdict in NOT_SAFE
+    if not drifted and not lagging and model.verdict != Verdict.SAFE:
+        return 0
+    return record_stale_fixes([model.pk, *drifted])
+
+
 def record_stale_fixes(model_ids: Iterable[int]) -> int:
     """Events for derivatives that still carry an older template of their base's while the base
     has made its template cache-safe: among `model_ids` and the derivatives of those of them

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
-from .derivatives import record_stale_fixes, refresh_drift
+from .derivatives import record_stale_fixes_after_sync, refresh_drift
 from .gguf_files import gguf_facts, gguf_paths, read_embedded
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
@@ -654,7 +654,7 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         # say so to the pages.
         drifted = refresh_drift(model)
         catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
-        record_stale_fixes([model.pk, *drifted])
+        record_stale_fixes_after_sync(model, drifted)
     return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
 
 
@@ -736,7 +736,7 @@ def record_history(
         # A base's older templates are known now: a derivative that copied one is "older".
         drifted = refresh_drift(model)
         catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
-        record_stale_fixes([model.pk, *drifted])
+        record_stale_fixes_after_sync(model, drifted)
     return SyncResult(model.repo_id, "updated", model.status, len(created), "history")
 
 

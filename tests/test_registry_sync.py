@@ -244,6 +244,9 @@ def test_a_first_sync_writes_under_the_model_lock_without_savepoints(
         "registry_templatesnapshot",
     ]
     assert TemplateVersion.objects.count() == 1
+    # Nor does it look for stale fixes: it is neither cache-safe nor a lagging copy of a base.
+    assert not [q for q in sql if "'older'" in q], sql
+    assert len(sql) <= 11, sql  # 16 before both
 
 
 def test_forced_resync_rereads_history_and_adds_no_rows(
