@@ -266,6 +266,12 @@ class TemplateReport(Record):
     renders: int = 0
 
 
+def checked_on_bytes(summary: str, reason: str) -> str:
+    """`summary` saying the check ran on bytes alone and why (no usable tokenizer.json), so
+    nobody takes a bytes-only verdict for a token-level one."""
+    return f"{summary} (Checked on bytes only: {reason.rstrip('.')}.)"
+
+
 def error_report(
     source: TemplateSource, file: str, reason: str, started: float, tokenizer_sha: str | None
 ) -> TemplateReport:

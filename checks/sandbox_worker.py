@@ -23,6 +23,7 @@ from typing import IO, Any
 from checks.engine import run_check, template_line
 from checks.options import CheckOptions
 from checks.rendering import CheckEnvironment, TemplateCache
+from checks.reports import checked_on_bytes
 from checks.sources import TemplateSource
 
 Encoder = Callable[[str], list[int]]
@@ -129,9 +130,7 @@ def handle(job: dict[str, Any], templates: TemplateCache, tokenizers: TokenizerC
         tokenizer_sha=job.get("tokenizer_sha256"),
     )
     if unreadable:
-        # Said in the summary, as for a tokenizer that could not be downloaded: nobody should
-        # take a bytes-only verdict for a token-level one.
-        report = replace(report, summary=f"{report.summary} (Checked on bytes only: {unreadable}.)")
+        report = replace(report, summary=checked_on_bytes(report.summary, unreadable))
     return {"ok": True, "report": report.to_dict(), "compilations": templates.compilations}
 
 

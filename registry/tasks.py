@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from checks import SandboxPool, TemplateSource, check_template
+from checks.reports import checked_on_bytes
 
 from . import discovery, jobs, pipeline
 from .hub import HubUnavailable
@@ -73,8 +74,7 @@ def run_engine(run: CheckRun) -> dict[str, Any]:
         cpu_seconds=settings.CHECK_CPU_SECONDS,
     ).to_dict()
     if skipped:
-        # Said on the page, so nobody takes a bytes-only verdict for a token-level one.
-        report["summary"] = f"{report['summary']} (Checked on bytes only: {skipped}.)"
+        report["summary"] = checked_on_bytes(report["summary"], skipped)
     return report
 
 
