@@ -1,16 +1,18 @@
 """The embedded broker (workers/broker.py): kombu's folder transport, whose consumer looks
-again at once while its prefetch holds messages back, and reads messages from its last listing
-of the folder. Real kombu connections on a temporary folder; messages written by kombu's stock
-folder transport, as a web process that only sends writes them."""
+again as soon as an acknowledgement frees a place in its prefetch, and reads messages from its
+last listing of the folder. Real kombu connections on a temporary folder; messages written by
+kombu's stock folder transport, as a web process that only sends writes them."""
 
 from __future__ import annotations
 
 import base64
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
 from workers import broker
-from workers.broker import HELD_BACK_MAX, HELD_BACK_WAIT, FolderTransport
+from workers.broker import FolderTransport
 
 POLLING = 0.1
 
@@ -79,51 +81,94 @@ def test_the_settings_use_it_for_the_embedded_broker_only(settings: Any) -> None
         assert used == "workers.broker:FolderTransport"
 
 
-def test_a_full_prefetch_is_polled_soon_and_an_empty_queue_at_the_interval(
+@contextmanager
+def holding_the_first(conn: Connection, queue: str) -> Iterator[list[Message]]:
+    """Consume `queue` with a prefetch of one; the messages delivered, the first one already
+    (not acknowledged)."""
+    got: list[Message] = []
+    bound = Queue(queue, Exchange(queue, "direct"), queue)
+    with Consumer(conn.channel(), [bound], callbacks=[lambda body, msg: got.append(msg)]) as c:
+        c.qos(prefetch_count=1)
+        conn.drain_events(timeout=1)
+        yield got
+
+
+def test_a_full_prefetch_waits_for_an_acknowledgement_and_an_empty_queue_for_the_interval(
     folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hub = named("hub")
     send(folder, hub, "one", "two", "three")
-    waits: list[float] = []
+    sleeps: list[float] = []
+    woken: list[bool] = []
 
     def sleep(seconds: float) -> None:
-        waits.append(seconds)
+        sleeps.append(seconds)
         time.sleep(seconds)
 
-    monkeypatch.setattr(FolderTransport, "sleep", staticmethod(sleep))
-    got: list[Message] = []
-    channel = consumer_conn.channel()
-    queue = Queue(hub, Exchange(hub, "direct"), hub)
-    with Consumer(channel, [queue], callbacks=[lambda body, msg: got.append(msg)]) as consumer:
-        consumer.qos(prefetch_count=1)
-        consumer_conn.drain_events(timeout=1)
-        assert [m.decode() for m in got] == ["one"]
-        assert waits == []  # a message waited: no sleep at all
+    def wait_for_place(self: FolderTransport, seconds: float) -> bool:
+        woken.append(self.freed.wait(seconds))
+        return woken[-1]
 
-        # "one" is not acknowledged: the prefetch holds "two" back. The stock transport slept
-        # the whole interval between looks; this one starts at 2 ms and doubles up to 20.
+    monkeypatch.setattr(FolderTransport, "sleep", staticmethod(sleep))
+    monkeypatch.setattr(FolderTransport, "wait_for_place", wait_for_place)
+    with holding_the_first(consumer_conn, hub) as got:
+        assert [m.decode() for m in got] == ["one"]
+        assert sleeps == woken == []  # a message waited: no wait at all
+
+        # "one" is not acknowledged: the prefetch holds "two" back, and nothing frees a place.
         with pytest.raises(TimeoutError):
             consumer_conn.drain_events(timeout=0.15)
-        expected = [HELD_BACK_WAIT * 2**i for i in range(4)]
-        assert waits[:4] == pytest.approx(expected)
-        assert waits[4:] and set(waits[4:]) <= {HELD_BACK_MAX}
+        assert woken and not any(woken) and sleeps == []
         assert len(got) == 1
 
-        got[0].ack()
-        waits.clear()
+        # The pool's result thread acknowledges "one" while the consumer waits: it wakes at
+        # the acknowledgement, not at the end of its wait (the whole polling interval).
+        woken.clear()
+        acknowledging = threading.Timer(0.02, got[0].ack)
+        acknowledging.start()
         consumer_conn.drain_events(timeout=1)
+        acknowledging.join()
         assert [m.decode() for m in got] == ["one", "two"]
-        assert waits == []
+        assert woken == [True] and sleeps == []
+
+        # Acknowledged before the consumer looks: the next message comes without a wait.
+        woken.clear()
         got[1].ack()
         consumer_conn.drain_events(timeout=1)
+        assert woken == [] and sleeps == []
         got[2].ack()
 
         # Nothing left: the consumer waits the whole polling interval between looks.
-        waits.clear()
         with pytest.raises(TimeoutError):
             consumer_conn.drain_events(timeout=0.25)
-        assert waits and set(waits) == {POLLING}
+        assert sleeps and set(sleeps) == {POLLING}
     assert [m.decode() for m in got] == ["one", "two", "three"]
+
+
+def test_a_place_freed_during_a_look_is_not_slept_through(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look finds the prefetch full, and an acknowledgement lands before the consumer
+    decides how to wait: it looks again at once instead of sleeping the polling interval."""
+    hub = named("hub")
+    send(folder, hub, "one", "two")
+    sleeps: list[float] = []
+    monkeypatch.setattr(FolderTransport, "sleep", staticmethod(sleeps.append))
+    with holding_the_first(consumer_conn, hub) as got:
+        transport = consumer_conn.transport
+        assert isinstance(transport, FolderTransport)
+        full = transport.prefetch_full
+
+        def acknowledged_meanwhile() -> bool:
+            if got[0].acknowledged:
+                return full()
+            got[0].ack()  # after the look came back empty, before the check
+            return False
+
+        monkeypatch.setattr(transport, "prefetch_full", acknowledged_meanwhile)
+        consumer_conn.drain_events(timeout=1)
+    assert [m.decode() for m in got] == ["one", "two"]
+    assert sleeps == []
 
 
 def body(message: dict[str, Any]) -> str:
