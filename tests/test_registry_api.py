@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 import redis.exceptions
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from dashboard import api
 from registry import rate_limits, tracking
 from registry.hub import HubClient
-from registry.models import HubModel, ModelStatus, Watch, WatchKind
+from registry.models import HubModel, ModelStatus, Watch, WatchKind, validate_repo_id
 from registry.sync import RegistrySync
 from registry.tasks import sync_repo  # noqa: F401 - registers hub.sync_repo for the eager runs
 from tests.fakehub import FakeHub
@@ -367,5 +368,28 @@ def test_track_form_shows_and_tracks(
 def test_track_form_refuses_an_invalid_id(client: Client) -> None:
     response = client.post("/track/", {"repo_id": "not a repo"})
     assert response.status_code == 400
-    assert b"is not a Hub model id" in response.content
+    assert b"is not a Hub model id (expected owner/name)" in response.content
     assert not HubModel.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "reason"),
+    [
+        ("no-slash", "expected owner/name"),
+        ("a/b/c", "expected owner/name"),
+        ("acme/", "expected owner/name"),
+        ("acme/" + "m" * 97, "97 characters in one part, at most 96"),
+        ("o" * 200 + "/m", "200 characters in one part, at most 96"),
+        ("acme/chat 7b", "only letters, digits, '-', '_' and '.'; not ' '"),
+        ("acme/chat<b>", "only letters, digits, '-', '_' and '.'; not '<' '>'"),
+        ("acme/chat--7b", "no '--' or '..'"),
+        ("_acme/chat", "the owner starts and ends with a letter or digit"),
+        ("acme/chat-", "the name may not start or end with '-' or '.'"),
+    ],
+)
+def test_an_invalid_id_is_told_what_is_wrong_with_it(repo_id: str, reason: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        validate_repo_id(repo_id)
+    assert f"is not a Hub model id ({reason}" in refused.value.messages[0]
+    # With that one thing changed, the id passes.
+    assert validate_repo_id("acme/" + "m" * 96) == "acme/" + "m" * 96

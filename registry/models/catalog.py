@@ -28,10 +28,29 @@ def validate_repo_id(value: str) -> str:
         repo_id = repo_id.removeprefix("https://huggingface.co/")
     if not REPO_ID_RE.match(repo_id):
         raise ValidationError(
-            f"{value.strip()[:120]!r} is not a Hub model id (expected owner/name)",
+            f"{value.strip()[:120]!r} is not a Hub model id ({_why_not(repo_id)})",
             code="invalid_repo_id",
         )
     return repo_id
+
+
+def _why_not(repo_id: str) -> str:
+    """What is wrong with a name REPO_ID_RE refused, in the words of the Hub's own rules."""
+    parts = repo_id.split("/")
+    if len(parts) != 2 or not all(parts):
+        return "expected owner/name"
+    longest = max(parts, key=len)
+    if len(longest) > 96:
+        return f"{len(longest)} characters in one part, at most 96"
+    odd = sorted({c for c in repo_id if not (c.isascii() and (c.isalnum() or c in "-_./"))})
+    if odd:
+        shown = " ".join(repr(c) for c in odd[:5])
+        return f"only letters, digits, '-', '_' and '.'; not {shown}"
+    if "--" in repo_id or ".." in repo_id:
+        return "no '--' or '..'"
+    if not (parts[0][0].isalnum() and parts[0][-1].isalnum()):
+        return "the owner starts and ends with a letter or digit"
+    return "the name may not start or end with '-' or '.'"
 
 
 class Verdict(models.TextChoices):
