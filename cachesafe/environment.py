@@ -131,6 +131,9 @@ def sqlite_database(file: Path) -> dict[str, Any]:
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         },
+        # Kept open between a worker's tasks and a web process's requests: opening one (and
+        # running the PRAGMAs) costs more than many a sync's queries.
+        "CONN_MAX_AGE": 60,
         # A file, not memory, so worker processes started by the tests share the test database.
         "TEST": {"NAME": str(file.with_name(f"test_{file.name}"))},
     }
