@@ -175,13 +175,10 @@ def body(message: dict[str, Any]) -> str:
     return base64.b64decode(message["body"]).decode()
 
 
-def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
-    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    hub, checks = named("hub"), named("checks")
-    for i in range(3):
-        send(folder, hub, f"hub-{i}")
-        send(folder, checks, f"checks-{i}")
+def counting_listings(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> tuple[broker.FolderChannel, list[str]]:
+    """A channel of `conn`, and the folder listings its reads make ("listed" each)."""
     listings: list[str] = []
     relist = broker.FolderChannel._relist
 
@@ -190,8 +187,19 @@ def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
         relist(self)
 
     monkeypatch.setattr(broker.FolderChannel, "_relist", counted)
-    channel = consumer_conn.channel()
+    channel = conn.channel()
     assert isinstance(channel, broker.FolderChannel)
+    return channel, listings
+
+
+def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, checks = named("hub"), named("checks")
+    for i in range(3):
+        send(folder, hub, f"hub-{i}")
+        send(folder, checks, f"checks-{i}")
+    channel, listings = counting_listings(consumer_conn, monkeypatch)
     taken = [channel._get(hub), channel._get(checks), channel._get(hub)]
     assert [body(m) for m in taken] == ["hub-0", "checks-0", "hub-1"]
     assert [m["properties"]["delivery_info"]["routing_key"] for m in taken] == [hub, checks, hub]
@@ -210,6 +218,36 @@ def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
     assert body(channel._get(hub)) == "hub-late"
     assert [body(channel._get(checks)) for _ in range(2)] == ["checks-1", "checks-2"]
     assert not list(queue_dir.iterdir())  # every message taken once, none left behind
+
+
+def test_an_empty_queue_lists_the_folder_at_the_polling_interval_a_busy_one_sooner(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, pidbox = named("hub"), named("pidbox")
+    send(folder, hub, "hub-0")
+    channel, listings = counting_listings(consumer_conn, monkeypatch)
+    assert body(channel._get(hub)) == "hub-0"
+    assert listings == ["listed"]
+
+    # 30 ms after the listing: past RELIST_AFTER, well within the polling interval (0.1 s).
+    channel._listed_at = time.monotonic() - 0.03
+    with pytest.raises(Empty):
+        channel._get(pidbox)  # had nothing at the last listing: not listed again yet
+    assert listings == ["listed"]
+    with pytest.raises(Empty):
+        channel._get(hub)  # had a message: may have more, listed again
+    assert listings == ["listed"] * 2
+
+    # The hub queue had nothing at that listing either: now both wait the polling interval.
+    send(folder, pidbox, "ping")
+    channel._listed_at = time.monotonic() - 0.03
+    for queue in (hub, pidbox):
+        with pytest.raises(Empty):
+            channel._get(queue)
+    assert listings == ["listed"] * 2
+    channel._listed_at = time.monotonic() - POLLING
+    assert body(channel._get(pidbox)) == "ping"
+    assert listings == ["listed"] * 3
 
 
 def test_a_real_celery_worker_on_the_folder_broker_runs_a_queue_of_tasks(tmp_path: Path) -> None:
