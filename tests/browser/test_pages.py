@@ -74,3 +74,12 @@ def test_no_page_scrolls_sideways(
             "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
         )
         assert widths[0] <= widths[1], (path, widths)
+    # A refused id is echoed in the error: one unbroken word, 120 characters long.
+    page.goto(live_server.url + "/track/")
+    page.fill("input[name=repo_id]", "acme/" + "m" * 250)
+    page.get_by_role("button", name="Track").click()
+    expect(page.locator(".errorlist")).to_contain_text("250 characters in one part, at most 96")
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], ("/track/ refusing a long id", widths)
