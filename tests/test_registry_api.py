@@ -383,7 +383,9 @@ def test_track_form_refuses_an_invalid_id(client: Client) -> None:
         ("acme/chat 7b", "only letters, digits, '-', '_' and '.'; not ' '"),
         ("acme/chat<b>", "only letters, digits, '-', '_' and '.'; not '<' '>'"),
         ("acme/chat--7b", "no '--' or '..'"),
-        ("_acme/chat", "the owner starts and ends with a letter or digit"),
+        ("_acme/chat", "the owner starts and ends with an ASCII letter or digit"),
+        ("acmé/chat", "the owner starts and ends with an ASCII letter or digit"),
+        ("acme/chát--7b", "no '--' or '..'"),
         ("acme/chat-", "the name may not start or end with '-' or '.'"),
     ],
 )

@@ -42,14 +42,15 @@ def _why_not(repo_id: str) -> str:
     longest = max(parts, key=len)
     if len(longest) > 96:
         return f"{len(longest)} characters in one part, at most 96"
-    odd = sorted({c for c in repo_id if not (c.isascii() and (c.isalnum() or c in "-_./"))})
+    odd = sorted({c for c in repo_id if not (c.isalnum() or c in "-_./")})
     if odd:
         shown = " ".join(repr(c) for c in odd[:5])
         return f"only letters, digits, '-', '_' and '.'; not {shown}"
     if "--" in repo_id or ".." in repo_id:
         return "no '--' or '..'"
-    if not (parts[0][0].isalnum() and parts[0][-1].isalnum()):
-        return "the owner starts and ends with a letter or digit"
+    owner = parts[0]
+    if not all(c.isascii() and c.isalnum() for c in (owner[0], owner[-1])):
+        return "the owner starts and ends with an ASCII letter or digit"
     return "the name may not start or end with '-' or '.'"
 
 
