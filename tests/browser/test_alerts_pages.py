@@ -60,6 +60,14 @@ def test_from_a_model_page_through_sign_in_to_a_subscription(
     expect(page.get_by_text("Channel added")).to_be_visible()
     sub_form = page.locator("#subscription-form")
     expect(sub_form.get_by_label("Model (owner/name)")).to_have_value("Qwen/Qwen3-0.6B")
+    # A refused id is echoed in the field's error, one long word: it wraps.
+    sub_form.get_by_label("Model (owner/name)").fill("acme/" + "m" * 250)
+    sub_form.get_by_role("button", name="Subscribe").click()
+    expect(sub_form.locator(".field-error")).to_contain_text(
+        "250 characters in one part, at most 96"
+    )
+    screenshots_at_widths(page, "alerts-refused-id")
+    sub_form.get_by_label("Model (owner/name)").fill("Qwen/Qwen3-0.6B")
     sub_form.get_by_label("Send to").select_option(
         label="Slack incoming webhook https://hooks.slack.com/…"  # the path is a secret: not shown
     )
