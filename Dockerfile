@@ -11,4 +11,4 @@ RUN useradd --create-home cachesafe && mkdir -p /var/lib/cachesafe \
     && chown -R cachesafe /var/lib/cachesafe
 USER cachesafe
 EXPOSE 8000
-CMD ["gunicorn", "cachesafe.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]
+CMD ["gunicorn", "cachesafe.wsgi", "--config", "python:cachesafe.webserver", "--bind", "0.0.0.0:8000"]

@@ -32,6 +32,10 @@ from typing import Any
 from procs import children_rss
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cachesafe import webserver  # noqa: E402 - the web server's settings, as deployed
+
 PG_ADMIN = os.environ.get("BENCH_PG_ADMIN", "postgres://postgres@127.0.0.1:5432/postgres")
 DB_NAME = "cachesafe_bench"
 DB_URL = PG_ADMIN.rsplit("/", 1)[0] + "/" + DB_NAME
@@ -40,7 +44,6 @@ MODELS = 10_000
 CLIENTS = 20
 SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
 KINDS = ("trivial", "search", "model", "diff")
-WORKERS = max(2, (os.cpu_count() or 1) * 2 + 1)
 SEARCH_TERMS = [
     "qwen",
     "llama",
@@ -364,10 +367,13 @@ def series(
         [
             str(Path(python).parent / "gunicorn"),
             "cachesafe.wsgi",
+            # As deployed: the image's processes and threads (cachesafe/webserver.py).
+            "--config",
+            "python:cachesafe.webserver",
             "-b",
             f"127.0.0.1:{port}",
-            "-w",
-            str(WORKERS),
+            "--access-logfile",
+            os.devnull,
             "--log-level",
             "warning",
         ],
@@ -384,7 +390,7 @@ def series(
         results = {}
         for kind in KINDS:
             # Warm right before measuring, so no page expires (60 s TTL) during its own run.
-            for path in paths[kind] + paths[kind][: WORKERS * 2]:
+            for path in paths[kind] + paths[kind][: webserver.workers * 2]:
                 status = get(port, path)
                 if status != 200:
                     raise SystemExit(f"{path} answered {status}")
@@ -452,7 +458,8 @@ def main() -> int:
         paths: dict[str, list[str]] = json.loads(out.strip().splitlines()[-1])
         print(
             f"{MODELS} models ready in {time.monotonic() - started:.0f} s; "
-            f"{WORKERS} gunicorn workers, {CLIENTS} clients, {SECONDS:g} s per page, "
+            f"gunicorn as deployed ({webserver.workers} workers, {webserver.threads} threads "
+            f"each), {CLIENTS} clients, {SECONDS:g} s per page, "
             f"{'wrk' if shutil.which('wrk') else 'python threads'}",
             flush=True,
         )

@@ -99,8 +99,8 @@ class Command(BaseCommand):
         processes = {
             "web": [
                 python, "-m", "gunicorn", "cachesafe.wsgi",
-                "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
-                "--access-logfile", "-", "--graceful-timeout", "5",
+                "--config", "python:cachesafe.webserver",
+                "--bind", f"{host}:{port}", "--workers", "2", "--graceful-timeout", "5",
             ],
             "worker": [
                 python, "-m", "celery", "-A", "workers", "worker",
