@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 workers = 3
 threads = 4
 accesslog = "-"
+#: No control socket (gunicorn 27's `gunicornc`): nothing here uses it, and every gunicorn of a
+#: user starts would otherwise listen on the same `~/.gunicorn/gunicorn.ctl`.
+control_socket_disable = True
 
 #: malloc arenas a web process may use (glibc's own limit is eight a core).
 MALLOC_ARENAS = 2
