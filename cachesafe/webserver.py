@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 workers = 3
 threads = 4
 accesslog = "-"
-#: No control socket (gunicorn 27's `gunicornc`): nothing here uses it, and every gunicorn of a
+#: No control socket (gunicorn 27's `gunicornc`): nothing here uses it, and every gunicorn a
 #: user starts would otherwise listen on the same `~/.gunicorn/gunicorn.ctl`.
 control_socket_disable = True
 
