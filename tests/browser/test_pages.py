@@ -68,6 +68,7 @@ def test_no_page_scrolls_sideways(
         f"/t/{changed}/pair/enable_thinking=true/reasoning_history/1/",
         f"/t/{changed}/vs/{catalog.old_version.sha256}/",
         "/m/nobody/nothing/",
+        "/?q=" + "a" * 300,  # echoed twice (the count, no match): one unbroken word
     ):
         page.goto(live_server.url + path)
         widths = page.evaluate(
