@@ -205,6 +205,15 @@ def parse_body(body: Any, where: str = "request") -> ClientRequest:
     )
 
 
+def load_json(text: str | bytes) -> Any:
+    """`json.loads` for a client's bodies: nesting too deep for the parser's recursion is
+    invalid JSON like any other (json raises RecursionError for it, which no caller expects)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
 def parse_text(text: str, name: str) -> list[ClientRequest]:
     """One JSON body, a JSON list of bodies, or JSON Lines (one body per line)."""
     if len(text) > MAX_BODY_CHARS * 8:
@@ -213,7 +222,7 @@ def parse_text(text: str, name: str) -> list[ClientRequest]:
     if not stripped:
         raise RequestError(f"{name}: empty")
     try:
-        whole = json.loads(stripped)
+        whole = load_json(stripped)
     except json.JSONDecodeError:
         whole = None
         bodies = []
@@ -221,7 +230,7 @@ def parse_text(text: str, name: str) -> list[ClientRequest]:
             if not line.strip():
                 continue
             try:
-                bodies.append((f"{name} line {number}", json.loads(line)))
+                bodies.append((f"{name} line {number}", load_json(line)))
             except json.JSONDecodeError as exc:
                 raise RequestError(f"{name} line {number}: not valid JSON ({exc.msg})") from None
     else:

@@ -28,7 +28,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
-from checks.diagnose import HINTS, NONE, ClientRequest, RequestError, client_change, parse_body
+from checks.diagnose import (
+    HINTS,
+    NONE,
+    ClientRequest,
+    RequestError,
+    client_change,
+    load_json,
+    parse_body,
+)
 
 HOP_BY_HOP = {
     "connection",
@@ -133,14 +141,14 @@ def cache_figures(answer: bytes) -> dict[str, int | None]:
     candidates: list[Any] = []
     text = answer.decode("utf-8", "replace")
     try:
-        candidates.append(json.loads(text))
+        candidates.append(load_json(text))
     except json.JSONDecodeError:
         for line in text.splitlines():
             if line.startswith("data:"):
                 payload = line[5:].strip()
                 if payload and payload != "[DONE]":
                     try:
-                        candidates.append(json.loads(payload))
+                        candidates.append(load_json(payload))
                     except json.JSONDecodeError:
                         continue
     for event in candidates:
@@ -257,7 +265,8 @@ def record(
 ) -> dict[str, Any]:
     """The log entry of one chat request: its conversation, diagnosis and the cache figures."""
     try:
-        request = parse_body(json.loads(body or b"null"), "request")
+        parsed = load_json(body or b"null")
+        request = parse_body(parsed, "request")
     except (RequestError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         return {"path": path, "status": status, "error": str(exc)}
     conversation, previous = recorder.place(request)
@@ -272,7 +281,7 @@ def record(
         "ttft_ms": None if ttft is None else round(ttft, 1),
     }
     if keep_bodies:
-        entry["body"] = json.loads(body)
+        entry["body"] = parsed
     return entry
 
 

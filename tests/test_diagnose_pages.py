@@ -110,6 +110,10 @@ def test_the_page_says_what_is_wrong(client: Client) -> None:
     page = client.post("/diagnose/", {"requests": "{oops", "template": PLAIN})
     assert page.status_code == 400
     assert "Requests line 1: not valid JSON" in page.content.decode()
+    # json raises RecursionError, not a decoding error, for nesting deeper than it recurses.
+    deep = client.post("/diagnose/", {"requests": "[" * 5000, "template": PLAIN})
+    assert deep.status_code == 400
+    assert "Requests line 1: not valid JSON (nested too deeply)" in deep.content.decode()
     too_big = client.post(
         "/diagnose/", {"requests": "x" * (2 * 1024 * 1024 + 1), "template": PLAIN}
     )

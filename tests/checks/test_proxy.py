@@ -39,7 +39,11 @@ class Stub(BaseHTTPRequestHandler):
         return
 
     def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        try:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        except (ValueError, RecursionError):
+            self.send_error(400)
+            return
         Stub.seen_headers.append(dict(self.headers))
         if body.get("stream"):
             events = [
@@ -202,3 +206,30 @@ def test_in_front_of_a_real_mlx_lm_server(tmp_path: Path, pool: SandboxPool) -> 
     assert "] none ·" in lines[1] and "server cached " in lines[1]
     cached = int(lines[1].split("server cached ")[1].split("/")[0])
     assert cached > 0  # the server reused the previous turn's prefix
+
+
+def test_a_body_nested_too_deeply_is_reported_and_the_next_still_diagnosed(
+    stub: str, pool: SandboxPool
+) -> None:
+    out = io.StringIO()
+    proxy = serve(
+        stub, ("127.0.0.1", 0), template=TemplateSource({"default": PLAIN}), out=out, pool=pool
+    )
+    base = started(proxy)
+    with httpx2.Client() as client:
+        deep = client.post(
+            base + "/v1/chat/completions",
+            content=b"[" * 5000,
+            headers={"Content-Type": "application/json"},
+        )
+        client.post(base + "/v1/chat/completions", json=conversation()[0])
+    drain(proxy)
+    proxy.shutdown()
+    proxy.server_close()
+    assert deep.status_code == 400  # the upstream's own answer, passed through
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        "/v1/chat/completions: not a chat request we can read "
+        "(nested too deeply: line 1 column 1 (char 0))"
+    )
+    assert lines[1].startswith("[conversation 1 request 1] first")
