@@ -69,6 +69,7 @@ def test_no_page_scrolls_sideways(
         f"/t/{changed}/vs/{catalog.old_version.sha256}/",
         "/m/nobody/nothing/",
         "/?q=" + "a" * 300,  # echoed twice (the count, no match): one unbroken word
+        f"/m/{catalog.unsafe.repo_id}/?client=" + "b" * 300,  # echoed in "Ignored: …"
     ):
         page.goto(live_server.url + path)
         widths = page.evaluate(
