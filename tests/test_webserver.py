@@ -64,3 +64,17 @@ def test_gunicorn_with_the_settings_caps_each_worker() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_every_deployment_starts_gunicorn_with_these_settings() -> None:
+    """The image and compose name the settings and leave processes and threads to them."""
+    for name in ("Dockerfile", "docker-compose.yml"):
+        lines = [
+            line
+            for line in (REPO_ROOT / name).read_text().splitlines()
+            if "gunicorn" in line and not line.lstrip().startswith("#")
+        ]
+        assert lines, name
+        for line in lines:
+            assert "python:cachesafe.webserver" in line, (name, line)
+            assert "--workers" not in line and "--threads" not in line, (name, line)
