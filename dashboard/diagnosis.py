@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from checks import RequestError, TemplateSource, diagnose_requests, parse_text
 from checks.diagnose import ClientRequest, parse_body
 from checks.sandbox import SandboxError
 from checks.sources import SourceError, sha256_text
-from registry.models import HubModel
+from registry.models import HubModel, validate_repo_id
 
 from .pairs import RENDER_SECONDS, _pool
 
@@ -50,9 +52,12 @@ def template_source(repo_id: str, template: str) -> tuple[TemplateSource, str]:
             return TemplateSource({"default": template}, origin="pasted"), "pasted template"
         except SourceError as exc:
             raise DiagnosisError(str(exc)) from None
-    repo_id = repo_id.strip()
-    if not repo_id:
+    if not repo_id.strip():
         raise DiagnosisError("no template to render with: give a tracked model or paste one", 404)
+    try:
+        repo_id = validate_repo_id(repo_id)  # the track form's rules: a pasted Hub URL works
+    except ValidationError as exc:
+        raise DiagnosisError(exc.messages[0]) from None
     model = (
         HubModel.objects.filter(repo_id__iexact=repo_id)
         .select_related("current_snapshot__default_template")

@@ -47,6 +47,16 @@ def test_a_tracked_models_template(client: Client, catalog: Catalog) -> None:
     assert [p["cause"] for p in answer.json()["pairs"]] == ["none", "none"]
     missing = post(client, {"requests": conversation(), "repo_id": "nobody/none"})
     assert missing.status_code == 404 and "not tracked" in missing.json()["error"]["message"]
+    # The track form's rules: a pasted Hub address is the model; a path is not an id, and why.
+    pasted = post(
+        client, {"requests": conversation(), "repo_id": "https://huggingface.co/org/plain"}
+    )
+    assert pasted.status_code == 200 and pasted.json()["template"] == "org/plain"
+    path = post(client, {"requests": conversation(), "repo_id": "../../etc/passwd"})
+    assert path.status_code == 400
+    assert path.json()["error"]["message"] == (
+        "'../../etc/passwd' is not a Hub model id (expected owner/name)"
+    )
 
 
 @pytest.mark.parametrize(
