@@ -94,18 +94,25 @@ DropNul = AfterValidator(_drop_nuls)
 
 class _HubRepoId:
     """`Annotated[str, HubRepoId]`: a Hub model id as `validate_repo_id` takes it (and
-    normalizes it to `owner/name`), described by REPO_ID_INPUT_PATTERN."""
+    normalizes it to `owner/name`), described by REPO_ID_INPUT_PATTERN. `HubRepoIdOrBlank` also
+    lets a blank string through, as "" (a field a client may send empty)."""
+
+    def __init__(self, *, blank: bool = False) -> None:
+        self.blank = blank
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(_repo_id, handler(source))
+        check = _repo_id_or_blank if self.blank else _repo_id
+        return core_schema.no_info_after_validator_function(check, handler(source))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         json_schema = handler(schema)
-        json_schema["pattern"] = REPO_ID_INPUT_PATTERN
+        json_schema["pattern"] = (
+            rf"^\s*$|{REPO_ID_INPUT_PATTERN}" if self.blank else REPO_ID_INPUT_PATTERN
+        )
         return json_schema
 
 
@@ -116,7 +123,12 @@ def _repo_id(value: str) -> str:
         raise ValueError(err.messages[0]) from err
 
 
+def _repo_id_or_blank(value: str) -> str:
+    return _repo_id(value) if value.strip() else ""
+
+
 HubRepoId = _HubRepoId()
+HubRepoIdOrBlank = _HubRepoId(blank=True)
 #: Text from a client (query, path, body): any string but one with a NUL, refused with a 400.
 Text = Annotated[str, NoNul]
 RepoPart = Annotated[str, Field(max_length=REPO_PART_MAX), NoNul]
@@ -275,8 +287,10 @@ class DiagnoseRequest(BaseModel):
         max_length=200,
         description="OpenAI chat-completions or Anthropic messages request bodies, in order",
     )
-    repo_id: Annotated[str, Field(max_length=300), NoNul] | None = Field(
-        None, description="a tracked model whose current template renders them"
+    repo_id: Annotated[str, Field(max_length=300), NoNul, HubRepoIdOrBlank] | None = Field(
+        None,
+        description="a tracked model whose current template renders them: owner/name, or the "
+        "model's https://huggingface.co/ URL",
     )
     template: Annotated[str, Field(max_length=256 * 1024)] | None = Field(
         None, description="or a chat template (Jinja) pasted whole"

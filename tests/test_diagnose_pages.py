@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -52,11 +53,16 @@ def test_a_tracked_models_template(client: Client, catalog: Catalog) -> None:
         client, {"requests": conversation(), "repo_id": "https://huggingface.co/org/plain"}
     )
     assert pasted.status_code == 200 and pasted.json()["template"] == "org/plain"
+    refused = "'../../etc/passwd' is not a Hub model id (expected owner/name)"
     path = post(client, {"requests": conversation(), "repo_id": "../../etc/passwd"})
     assert path.status_code == 400
-    assert path.json()["error"]["message"] == (
-        "'../../etc/passwd' is not a Hub model id (expected owner/name)"
+    assert path.json()["error"]["message"] == f"body.payload.repo_id: Value error, {refused}"
+    blank = post(client, {"requests": conversation(), "repo_id": " ", "template": PLAIN})
+    assert blank.status_code == 200 and blank.json()["template"] == "pasted template"
+    page = client.post(
+        "/diagnose/", {"requests": json.dumps(conversation()), "repo_id": "../../etc/passwd"}
     )
+    assert page.status_code == 400 and html.escape(refused) in page.content.decode()
 
 
 @pytest.mark.parametrize(
