@@ -4,10 +4,10 @@ compose, `manage.py serve` and the pages benchmark all start
 developer's machine).
 
 Threads share their process's memory, and glibc gives each new thread a malloc arena of its own
-(up to eight a core), each keeping its freed memory. A web process with four threads held 2 to 4
-MiB more after the pages benchmark than with the arenas capped at two (docs/dashboard.md); the
-cap is set in each worker before its threads start, since `MALLOC_ARENA_MAX` in the environment
-is read only when a process starts and gunicorn's workers are forked from the master.
+(up to eight a core), each keeping its freed memory. Capped at two, a web process with four
+threads holds 2 to 3 MiB less after the pages benchmark (docs/dashboard.md). The cap is set
+in each worker before its threads start: `MALLOC_ARENA_MAX` in the environment is read only
+when a process starts, and gunicorn's workers are forked from the master.
 """
 
 from __future__ import annotations

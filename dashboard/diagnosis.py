@@ -55,7 +55,9 @@ def template_source(repo_id: str, template: str) -> tuple[TemplateSource, str]:
     if not repo_id.strip():
         raise DiagnosisError("no template to render with: give a tracked model or paste one", 404)
     try:
-        repo_id = validate_repo_id(repo_id)  # the track form's rules: a pasted Hub URL works
+        # The track form's rules (a pasted Hub URL works). The API's schema has applied them
+        # already; the page's form has not.
+        repo_id = validate_repo_id(repo_id)
     except ValidationError as exc:
         raise DiagnosisError(exc.messages[0]) from None
     model = (
