@@ -102,3 +102,58 @@ def test_the_staff_button_runs_a_discovery_on_a_worker_that_then_syncs_what_it_f
     )
     assert set(HubModel.objects.values_list("status", flat=True)) == {ModelStatus.OK}
     assert "Last discovery" in client.get("/discovery/").content.decode()
+
+
+def _synced(repo_ids: list[str]) -> bool:
+    return not HubModel.objects.filter(repo_id__in=repo_ids, last_synced_at__isnull=True).exists()
+
+
+def test_a_worker_keeps_its_database_connection_between_tasks_and_survives_losing_it(
+    celery_workers: Any, fake_hub: FakeHub, settings: Any
+) -> None:
+    """One PostgreSQL connection for many tasks (Celery alone opens one a task), and a
+    connection the server dropped between two tasks costs a reconnect, not the next task."""
+    import time
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("counts PostgreSQL's sessions; the embedded defaults use SQLite")
+    settings.HF_ENDPOINT = fake_hub.url
+    repo_ids = [f"acme/kept-{number}" for number in range(9)]
+    for repo_id in repo_ids:
+        fake_hub.store.create_repo(repo_id)
+        fake_hub.store.add_commit(
+            repo_id, {"tokenizer_config.json": tokenizer_config(b"{{ messages }}", None, None)}
+        )
+    models = [HubModel.objects.create(repo_id=r, author="acme") for r in repo_ids]
+    celery_workers(
+        queues="hub",
+        extra_env={"HF_ENDPOINT": fake_hub.url, "HF_TOKEN": "", "HF_REQUESTS_PER_5MIN": "10000"},
+    )
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    before = sessions()
+    for model in models[:8]:  # one after the other: each task could open its own
+        sync_repo.delay(model.pk)
+        wait_for(lambda m=model: _synced([m.repo_id]), 60, f"the sync of {model.repo_id}")
+    time.sleep(1.5)  # a closed session is counted when its process exits
+    # The worker's pool process, its main process and this test's: not one a task.
+    assert sessions() - before <= 3
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1  # the worker's connection, dropped by the server
+    sync_repo.delay(models[8].pk)
+    wait_for(lambda: _synced(repo_ids), 60, "the sync after the connection was lost")
+    assert HubModel.objects.get(pk=models[8].pk).status == ModelStatus.OK

@@ -8,8 +8,11 @@ alike, so no call site names a queue.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
+from django.db import close_old_connections
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cachesafe.settings")
@@ -48,3 +51,31 @@ app.conf.update(
     task_soft_time_limit=300,
     task_time_limit=360,
 )
+
+#: Tasks between the database connections Celery itself closes (its Django fixup reads this
+#: key as written). Unset, it closes them before and after every task: a new PostgreSQL
+#: connection, and a new server process, for each task, whatever `CONN_MAX_AGE` says (Celery
+#: 5.6 went back to that). Connections follow Django's request lifecycle instead (below);
+#: Celery's fixup still closes the ones a forked pool process inherits.
+DB_REUSE_TASKS = 1000
+app.conf.update(CELERY_DB_REUSE_MAX=DB_REUSE_TASKS)
+
+
+def _connections_as_a_request(task: Any) -> None:
+    """What Django does around a request, around a task: a connection past `CONN_MAX_AGE`, or
+    broken, or left in a transaction, is closed, and the next query checks the connection
+    first (`CONN_HEALTH_CHECKS`): a database restarted between two tasks costs a reconnect,
+    not a failed task. Not for a task run eagerly, inside its caller's transaction."""
+    if getattr(task.request, "is_eager", False):
+        return
+    close_old_connections()
+
+
+@task_prerun.connect(weak=False, dispatch_uid="cachesafe-task-prerun-connections")
+def _before_task(sender: Any = None, **_: Any) -> None:
+    _connections_as_a_request(sender)
+
+
+@task_postrun.connect(weak=False, dispatch_uid="cachesafe-task-postrun-connections")
+def _after_task(sender: Any = None, **_: Any) -> None:
+    _connections_as_a_request(sender)
