@@ -56,7 +56,9 @@ def _send(task: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id
         _broker_down_until = time.monotonic() + BROKER_BACKOFF_SECONDS
         _note_failure(outbox_id, exc)
         return
-    OutboxMessage.objects.filter(pk=outbox_id).delete()
+    # The row by its key: one DELETE. A queryset's delete() wraps it in a transaction of its
+    # own (BEGIN, DELETE, COMMIT), after every commit that asked for work.
+    OutboxMessage(pk=outbox_id).delete()
 
 
 def task_named(name: str) -> Any:

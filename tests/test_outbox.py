@@ -6,8 +6,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -31,12 +32,18 @@ def age_outbox() -> None:
 def test_a_sent_message_leaves_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[tuple[Any, ...]] = []
     monkeypatch.setattr(sync_repo, "apply_async", lambda args, kwargs, **o: sent.append(args))
-    with transaction.atomic():
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
         model, _ = track("org/fine", via="api")
         assert OutboxMessage.objects.count() == 1  # written with the change itself
         assert sent == []  # nothing leaves before commit
     assert sent == [(model.pk,)]
     assert not OutboxMessage.objects.exists()
+    # After the commit, the row goes in one statement: no transaction of its own.
+    statements = [q["sql"] for q in queries.captured_queries]
+    after = statements[statements.index("COMMIT") + 1 :]
+    outbox = [i for i, sql in enumerate(after) if "outboxmessage" in sql]
+    assert len(outbox) == 1 and after[outbox[0]].startswith('DELETE FROM "registry_outboxmessage"')
+    assert after[outbox[0] - 1 : outbox[0]] != ["BEGIN"]
 
 
 def test_a_rolled_back_change_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
