@@ -26,7 +26,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -115,13 +115,19 @@ class _Pending(threading.local):
     def __init__(self) -> None:
         self.scopes: dict[str, None] = {}
         self.models: dict[int, bool] = {}
+        #: Models whose scopes the writer gave (`catalog_changed`'s `shown`): not looked up.
+        self.known: dict[int, list[str]] = {}
 
 
 _pending = _Pending()
 
 
 def bump_on_commit(
-    scopes: Iterable[str] = (), models: Iterable[int] = (), *, templates: bool = False
+    scopes: Iterable[str] = (),
+    models: Iterable[int] = (),
+    *,
+    templates: bool = False,
+    known: Mapping[int, list[str]] | None = None,
 ) -> None:
     """Bump `scopes`, and the scopes of `models` (with their current templates' if
     `templates`), once the current transaction commits (at once outside one).
@@ -131,8 +137,13 @@ def bump_on_commit(
     its commit callbacks: the models' scopes in one query, then one cache round trip (a sync
     saves a model and several parts of it, each with its scopes). A savepoint rolled back
     leaves what it wrote pending: it goes out with the next commit, one invalidation too many,
-    never one too few."""
+    never one too few.
+
+    `known` gives some of `models`' scopes as they will be at commit (with their templates'),
+    from a writer that has them at hand: those models are not looked up. A later write to one
+    of them that does not give them again brings the lookup back."""
     names = dict.fromkeys(scopes)
+    models = list(models)
     if not names and not models:
         return
     for name in names:
@@ -140,17 +151,24 @@ def bump_on_commit(
     _pending.scopes.update(names)
     for model_id in models:
         _pending.models[model_id] = _pending.models.get(model_id, False) or templates
+        if known is not None and model_id in known:
+            _pending.known[model_id] = list(known[model_id])
+        else:
+            _pending.known.pop(model_id, None)
     transaction.on_commit(_bump_pending)
 
 
 def discard_pending() -> None:
     """Forget what this thread has not bumped yet (tests, whose transactions never commit)."""
-    _pending.scopes, _pending.models = {}, {}
+    _pending.scopes, _pending.models, _pending.known = {}, {}, {}
 
 
 def _bump_pending() -> None:
-    names, models = _pending.scopes, _pending.models
+    names, models, known = _pending.scopes, _pending.models, _pending.known
     discard_pending()
+    for given in known.values():
+        names.update(dict.fromkeys(given))
+    models = {pk: templates for pk, templates in models.items() if pk not in known}
     if models:
         try:
             names.update(dict.fromkeys(_scopes_of_models(models)))
@@ -184,11 +202,19 @@ def _on_model_saved(instance: HubModel, update_fields: Any = None, **_: Any) -> 
     bump_on_commit([LISTINGS], [instance.pk], templates=True)
 
 
-def _on_catalog_changed(model_ids: Iterable[int] | None = (), **_: Any) -> None:
+def _on_catalog_changed(
+    model_ids: Iterable[int] | None = (),
+    shown: Mapping[int, tuple[str, Sequence[str]]] | None = None,
+    **_: Any,
+) -> None:
     if model_ids is None:  # any model (the signal's contract): every page
         bump_on_commit([ALL])
         return
-    bump_on_commit([LISTINGS], list(model_ids), templates=True)
+    known = {
+        pk: [model_scope(repo_id), *map(template_scope, shas)]
+        for pk, (repo_id, shas) in (shown or {}).items()
+    }
+    bump_on_commit([LISTINGS], list(model_ids), templates=True, known=known)
 
 
 def _on_check_saved(instance: CheckRun, **_: Any) -> None:

@@ -653,7 +653,11 @@ def record(model_pk: int, observation: Observation) -> SyncResult:
         # Snapshots and named templates are bulk-created, drift updated in bulk (no post_save):
         # say so to the pages.
         drifted = refresh_drift(model)
-        catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
+        shown: dict[int, tuple[str, list[str]]] = {}
+        if observation.states:  # its current templates are the last state's: said, not looked up
+            shas = [identity[0], *(sha for _, sha in identity[1])] if identity else []
+            shown[model.pk] = (model.repo_id, shas)
+        catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted], shown=shown)
         record_stale_fixes_after_sync(model, drifted)
     return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
 

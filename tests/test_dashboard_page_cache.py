@@ -22,12 +22,16 @@ from tests.dashboard_data import (
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
 )
+from tests.fakehub import FakeHub
+from tests.fakehub.corpus import tokenizer_config
+from tests.fakehub.fixtures import Sleeps, fake_hub, hub_settings, sleeps
 
 #: pytest-django's `django_capture_on_commit_callbacks`: a test's writes never commit (the test
 #: runs in a transaction rolled back at its end); `execute=True` runs what a commit would.
 CommitCallbacks = Callable[..., AbstractContextManager[list[Callable[[], Any]]]]
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("healthy_service")]
+__all__ = ["fake_hub", "hub_settings", "sleeps"]
 
 
 @pytest.fixture
@@ -245,3 +249,49 @@ def test_a_change_to_any_model_drops_every_page(
     with django_capture_on_commit_callbacks(execute=True):
         catalog_changed.send(sender=HubModel, model_ids=None)
     assert hits(client, *urls) == ["miss", "miss"]
+
+
+def test_a_sync_gives_the_scopes_it_moved_on_without_a_lookup(
+    fake_hub: FakeHub,
+    hub_settings: Any,
+    sleeps: Sleeps,
+    django_capture_on_commit_callbacks: CommitCallbacks,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sync that records templates has the model's and its templates' scopes at hand: it
+    gives them (`catalog_changed`'s `shown`), so its commit looks nothing up, and the pages
+    that move on are the ones a lookup finds."""
+    from dashboard import page_cache
+    from registry.hub import HubClient
+    from registry.sync import RegistrySync
+
+    named = {"default": b"{{ messages }}", "tool_use": b"{{ tools }}{{ messages }}"}
+    fake_hub.store.create_repo("acme/scoped")
+    fake_hub.store.add_commit(
+        "acme/scoped", {"tokenizer_config.json": tokenizer_config(None, None, None, named)}
+    )
+    model, _ = HubModel.objects.track("acme/scoped", via="track")
+    real_lookup = page_cache._scopes_of_models
+    looked_up: list[dict[int, bool]] = []
+    bumped: list[set[str]] = []
+    monkeypatch.setattr(page_cache, "bump", lambda *scopes: bumped.append(set(scopes)))
+
+    def counted_lookup(models: dict[int, bool]) -> list[str]:
+        looked_up.append(dict(models))
+        return real_lookup(models)
+
+    monkeypatch.setattr(page_cache, "_scopes_of_models", counted_lookup)
+    with django_capture_on_commit_callbacks(execute=True):
+        RegistrySync(HubClient(sleep=sleeps, clock=sleeps.clock, timeout=2)).sync(model)
+
+    assert looked_up == []
+    found = set(real_lookup({model.pk: True}))  # what a lookup finds now
+    assert len(found) == 3  # the model, and its two templates
+    assert bumped == [found | {page_cache.LISTINGS}]
+
+    # A later write that does not say what it shows is looked up again.
+    with django_capture_on_commit_callbacks(execute=True):
+        page_cache.bump_on_commit(models=[model.pk], known={model.pk: ["model:stale"]})
+        page_cache.bump_on_commit(models=[model.pk], templates=True)
+    assert looked_up == [{model.pk: True}]
+    assert bumped[-1] == found
