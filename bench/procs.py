@@ -27,16 +27,45 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def shared_mib(pid: int) -> tuple[float, float] | None:
+    """(PSS, private) MiB of `pid`: its share of the pages it shares with other processes (a
+    forked worker with its master and siblings), and the pages no other process maps."""
+    fields: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[name] = int(rest.split()[0])
+    except OSError:
+        return None
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return fields.get("Pss", 0) / 1024, private / 1024
+
+
+def _spread(name: str, sizes: list[float]) -> str:
+    sizes = sorted(sizes)
+    return f"{name} {sizes[0]:.1f} / {sizes[len(sizes) // 2]:.1f} / {sizes[-1]:.1f}"
+
+
 def children_rss(pid: int) -> str:
-    """'n processes, RSS min / median / max MiB' for the children of `pid` ('' off Linux)."""
-    sizes = sorted(s for s in (rss_mib(c) for c in children(pid)) if s is not None)
+    """'n processes, RSS min / median / max MiB' for the children of `pid` ('' off Linux),
+    with their PSS and private memory where /proc has them."""
+    pids = children(pid)
+    sizes = [s for s in (rss_mib(c) for c in pids) if s is not None]
     if not sizes:
         return ""
-    median = sizes[len(sizes) // 2]
-    return (
-        f"{len(sizes)} processes, RSS {sizes[0]:.1f} / {median:.1f} / {sizes[-1]:.1f} MiB "
-        "(min / median / max)"
-    )
+    shares = [s for s in (shared_mib(c) for c in pids) if s is not None]
+    text = f"{len(sizes)} processes, {_spread('RSS', sizes)}"
+    if shares:
+        text += f", {_spread('PSS', [s[0] for s in shares])}"
+        text += f", {_spread('private', [s[1] for s in shares])}"
+    text += " MiB (min / median / max)"
+    parent = shared_mib(pid)
+    if shares and parent is not None:
+        # What the whole server holds: forked children share pages with it and each other,
+        # which RSS counts in full in every process and PSS divides among them.
+        text += f"; with the parent, PSS {parent[0] + sum(s[0] for s in shares):.1f} MiB in all"
+    return text
 
 
 def load_average() -> str:

@@ -8,11 +8,22 @@ Threads share their process's memory, and glibc gives each new thread a malloc a
 threads holds 2 to 3 MiB less after the pages benchmark (docs/dashboard.md). The cap is set
 in each worker before its threads start: `MALLOC_ARENA_MAX` in the environment is read only
 when a process starts, and gunicorn's workers are forked from the master.
+
+The application is loaded once, in the master, before the workers are forked (`preload_app`):
+the modules (most of what a worker holds) are then shared by the master and every worker, page
+for page, until one of them writes to a page. Python writes to an object's header when it
+counts a reference or collects garbage; the master freezes what it loaded before each fork, so
+the workers' collections leave those objects alone. A worker forked from it must not inherit
+an open connection: the master closes Django's before the first fork, and opens no other (the
+page cache, Redis, the broker and the Hub are connected to on a request, in the worker).
+Loaded once, the code is also read once: a `HUP` forks new workers from the same code, so a
+deployment restarts the server for new code, as the image and docker compose do.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 from typing import Any
 
@@ -24,6 +35,8 @@ accesslog = "-"
 #: No control socket (gunicorn 27's `gunicornc`): nothing here uses it, and every gunicorn a
 #: user starts would otherwise listen on the same `~/.gunicorn/gunicorn.ctl`.
 control_socket_disable = True
+#: Load the application in the master and fork the workers from it (see above).
+preload_app = True
 
 #: malloc arenas a web process may use (glibc's own limit is eight a core).
 MALLOC_ARENAS = 2
@@ -47,3 +60,32 @@ def post_fork(server: Any, worker: Any) -> None:
     """gunicorn's hook, in each worker before it starts its threads."""
     if not limit_malloc_arenas():
         logger.info("malloc arenas not capped: this C library has no mallopt")
+
+
+def load_before_fork() -> None:
+    """In the master, once the application is loaded: import what every worker's first
+    requests would (the URLconf with every view, the template engines with their libraries),
+    so that it too is shared, and close any database connection loading opened. Nothing to do
+    for an application that is not this Django project (the settings' own tests serve one)."""
+    from django.apps import apps
+
+    if not apps.ready:
+        return
+    from django.db import connections
+    from django.template import engines
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - importing the URLconf imports every view
+    engines.all()
+    connections.close_all()
+
+
+def when_ready(server: Any) -> None:
+    """gunicorn's hook, in the master before the first workers are forked."""
+    if server.cfg.preload_app:
+        load_before_fork()
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """gunicorn's hook, in the master before each fork (a worker that died is forked again)."""
+    gc.freeze()

@@ -1,15 +1,19 @@
-"""The web server's settings (cachesafe/webserver.py): a web process caps its malloc arenas."""
+"""The web server's settings (cachesafe/webserver.py): a web process caps its malloc arenas, and
+the workers are forked from a master that loaded the project and holds no connection."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT, free_port
 from tests.test_serve import wait_for
+from tests.workerproc import database_url_for_children
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="malloc arenas are glibc's (Linux)"
@@ -64,6 +68,131 @@ def test_gunicorn_with_the_settings_caps_each_worker() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _database_handles(pid: int, database: dict[str, object]) -> list[str]:
+    """What `pid` holds open of the test database: its file (SQLite) or a TCP connection to
+    its server's port (PostgreSQL)."""
+    if str(database["ENGINE"]).endswith("sqlite3"):
+        name = str(Path(str(database["NAME"])).resolve())
+        return [
+            os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()
+            if os.readlink(fd).startswith(name)
+        ]  # fmt: skip
+    port = f"{int(str(database['PORT'] or 5432)):04X}"
+    inodes = _socket_inodes(pid)
+    held = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()  # local, remote, state, ..., inode (the tenth)
+            if fields[2].endswith(f":{port}") and fields[9] in inodes:
+                held.append(line)
+    return held
+
+
+def _memory(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        fields[name] = int(rest.split()[0])
+    return fields
+
+
+def test_the_workers_share_the_project_loaded_once_and_each_connects_on_its_own(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """The project's own WSGI app through the settings: the master loads it (and its URLconf)
+    before forking, so most of a worker's memory is the master's pages, shared; the master
+    holds no database connection for its workers to inherit, and every worker still answers
+    pages that read the database."""
+    from django.db import connection
+
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", "cachesafe.wsgi",
+                "--config", "python:cachesafe.webserver", "--bind", f"127.0.0.1:{port}",
+                "--workers", "2", "--access-logfile", "/dev/null",
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "DATABASE_URL": database_url_for_children()},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def status(path: str) -> int | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=20) as page:
+                    page.read()
+                    return int(page.status)
+            except OSError:
+                return None
+
+        assert wait_for(lambda: status("/"), 60, f"gunicorn to answer: {log.read_text()}") == 200
+        for path in ["/", "/?q=qwen", "/api/models", "/diagnose/", "/feeds/changes.atom"] * 4:
+            assert status(path) == 200, (path, log.read_text())
+        master = server.pid
+        with open(f"/proc/{master}/maps") as maps:
+            mapped = maps.read()
+        # pydantic's compiled core comes with the API, which only the URLconf imports.
+        assert "_pydantic_core" in mapped
+        assert _database_handles(master, connection.settings_dict) == []
+        workers = [
+            int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        ]
+        assert len(workers) == 2
+        for worker in workers:
+            memory = _memory(worker)
+            private = memory["Private_Clean"] + memory["Private_Dirty"]
+            # Not forked from a loaded master, three quarters of a worker is its own.
+            assert private < memory["Rss"] / 2, memory
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+BEFORE_FORK = """
+import gc, sys
+import django
+django.setup()
+from django.db import connection
+from cachesafe.webserver import load_before_fork, pre_fork
+connection.ensure_connection()
+load_before_fork()
+assert connection.connection is None, "a connection the workers would share"
+assert "dashboard.views" in sys.modules and "ninja" in sys.modules
+frozen = gc.get_freeze_count()
+pre_fork(None, None)
+print(frozen, gc.get_freeze_count())
+"""
+
+
+def test_before_forking_the_master_loads_the_views_closes_its_connections_and_freezes(
+    db: None,
+) -> None:
+    """The hooks alone, in a process of their own (freezing is for the whole process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BEFORE_FORK],
+        cwd=REPO_ROOT,
+        env={**os.environ, "DATABASE_URL": database_url_for_children()},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after = (int(n) for n in done.stdout.split())
+    assert before == 0 and after > 10_000  # every object loaded so far
 
 
 def test_every_deployment_starts_gunicorn_with_these_settings() -> None:
