@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from procs import children_rss
+from procs import children_rss, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -411,7 +411,7 @@ def series(
 def report(label: str, results: dict[str, dict[str, float]]) -> float:
     """Print one series; return the worst p50 ratio to the trivial view."""
     base = results["trivial"]["p50"]
-    print(f"\n{label}")
+    print(f"\n{label} (load average after it: {load_average()})")
     print(f"{'page':<10}{'p50 ms':>9}{'p95 ms':>9}{'req/s':>9}{'p50 / trivial':>15}")
     for kind, r in results.items():
         print(
