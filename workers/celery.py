@@ -7,11 +7,13 @@ alike, so no call site names a queue.
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init
 from django.db import close_old_connections
 from kombu import Queue
 
@@ -79,3 +81,24 @@ def _before_task(sender: Any = None, **_: Any) -> None:
 @task_postrun.connect(weak=False, dispatch_uid="cachesafe-task-postrun-connections")
 def _after_task(sender: Any = None, **_: Any) -> None:
     _connections_as_a_request(sender)
+
+
+@worker_init.connect(weak=False, dispatch_uid="cachesafe-freeze-before-fork")
+def _freeze_before_each_fork(**_: Any) -> None:
+    """In a worker's main process: freeze what it holds before each fork of a pool process.
+    What it loaded (Django, the tasks, the engine) is shared with the pool processes until
+    written to, and a pool process's garbage collections would write to every object they
+    scan; frozen, they scan only what the pool process made itself (as gunicorn's master does
+    for the web workers: cachesafe/webserver.py). At the fork itself, so it holds for a pool
+    process forked again later, and for either prefork pool (Celery sends its own signal
+    before a fork only from the one it uses with an event loop)."""
+    os.register_at_fork(before=functools.partial(_freeze_in, os.getpid()))
+
+
+def _freeze_in(main: int) -> None:
+    """Collect, then freeze what is left, in the worker's main process only: the hook is
+    inherited by the pool processes, whose own objects are theirs to collect. Collected first,
+    no garbage of the moment is kept for ever (a frozen object is never collected)."""
+    if os.getpid() == main:
+        gc.collect()
+        gc.freeze()
