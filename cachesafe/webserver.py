@@ -12,10 +12,11 @@ when a process starts, and gunicorn's workers are forked from the master.
 The application is loaded once, in the master, before the workers are forked (`preload_app`):
 the modules (most of what a worker holds) are then shared by the master and every worker, page
 for page, until one of them writes to a page. Python writes to an object's header when it
-counts a reference or collects garbage; the master freezes what it loaded before each fork, so
-the workers' collections leave those objects alone. A worker forked from it must not inherit
-an open connection: the master closes Django's before the first fork, and opens no other (the
-page cache, Redis, the broker and the Hub are connected to on a request, in the worker).
+counts a reference or collects garbage; the master collects, then freezes what it loaded
+before each fork, so the workers' collections leave those objects alone. A worker forked from
+it must not inherit an open connection: the master closes Django's before the first fork, and
+opens no other (the page cache, Redis, the broker and the Hub are connected to on a request, in
+the worker).
 Loaded once, the code is also read once: a `HUP` forks new workers from the same code, so a
 deployment restarts the server for new code, as the image and docker compose do.
 """
@@ -87,5 +88,9 @@ def when_ready(server: Any) -> None:
 
 
 def pre_fork(server: Any, worker: Any) -> None:
-    """gunicorn's hook, in the master before each fork (a worker that died is forked again)."""
+    """gunicorn's hook, in the master before each fork (a worker that died is forked again):
+    collect, then freeze what is left, so no garbage of the moment is kept for ever (a frozen
+    object is never collected). The Celery workers' main processes do the same
+    (workers/celery.py)."""
+    gc.collect()
     gc.freeze()

@@ -164,7 +164,7 @@ def test_the_workers_share_the_project_loaded_once_and_each_connects_on_its_own(
 
 
 BEFORE_FORK = """
-import gc, sys
+import gc, sys, weakref
 import django
 django.setup()
 from django.db import connection
@@ -173,8 +173,15 @@ connection.ensure_connection()
 load_before_fork()
 assert connection.connection is None, "a connection the workers would share"
 assert "dashboard.views" in sys.modules and "ninja" in sys.modules
+class Node:
+    pass
+node = Node()
+node.me = node  # garbage of the moment, a cycle only the collector frees
+gone = weakref.ref(node)
+del node
 frozen = gc.get_freeze_count()
 pre_fork(None, None)
+assert gone() is None, "garbage frozen for ever"
 print(frozen, gc.get_freeze_count())
 """
 
