@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, free_port
+from tests.forking import GARBAGE_OF_THE_MOMENT
 from tests.test_serve import wait_for
 from tests.workerproc import database_url_for_children
 
@@ -163,8 +164,9 @@ def test_the_workers_share_the_project_loaded_once_and_each_connects_on_its_own(
         server.wait(timeout=30)
 
 
-BEFORE_FORK = """
-import gc, sys, weakref
+BEFORE_FORK = (
+    """
+import gc, sys
 import django
 django.setup()
 from django.db import connection
@@ -173,17 +175,15 @@ connection.ensure_connection()
 load_before_fork()
 assert connection.connection is None, "a connection the workers would share"
 assert "dashboard.views" in sys.modules and "ninja" in sys.modules
-class Node:
-    pass
-node = Node()
-node.me = node  # garbage of the moment, a cycle only the collector frees
-gone = weakref.ref(node)
-del node
+"""
+    + GARBAGE_OF_THE_MOMENT
+    + """
 frozen = gc.get_freeze_count()
 pre_fork(None, None)
 assert gone() is None, "garbage frozen for ever"
 print(frozen, gc.get_freeze_count())
 """
+)
 
 
 def test_before_forking_the_master_loads_the_views_closes_its_connections_and_freezes(

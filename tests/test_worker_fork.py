@@ -10,11 +10,13 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.forking import GARBAGE_OF_THE_MOMENT
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork")
 
-FORKS = """
-import gc, os, weakref
+FORKS = (
+    """
+import gc, os
 import django
 django.setup()
 from celery.signals import worker_init
@@ -29,12 +31,9 @@ def forked(report):
 
 before = gc.get_freeze_count()
 worker_init.send(sender=None)  # as a worker's main process starts
-class Node:
-    pass
-node = Node()
-node.me = node  # garbage of the moment, a cycle only the collector frees
-gone = weakref.ref(node)
-del node
+"""
+    + GARBAGE_OF_THE_MOMENT
+    + """
 def pool_process():
     print("pool", gc.get_freeze_count(), flush=True)
     made_here = [[n] for n in range(50_000)]
@@ -45,6 +44,7 @@ forked(pool_process)
 print("main", before, gc.get_freeze_count(), flush=True)
 print("garbage kept", int(gone() is not None), 0, flush=True)
 """
+)
 
 
 def test_the_main_process_freezes_before_forking_and_a_pool_process_does_not() -> None:
