@@ -16,9 +16,8 @@ counts a reference or collects garbage; the master collects, then freezes what i
 before each fork, so the workers' collections leave those objects alone. A worker forked from
 it must not inherit an open connection: the master closes Django's before the first fork, and
 opens no other (the page cache, Redis, the broker and the Hub are connected to on a request, in
-the worker).
-Loaded once, the code is also read once: a `HUP` forks new workers from the same code, so a
-deployment restarts the server for new code, as the image and docker compose do.
+the worker). Loaded once, the code is also read once: a `HUP` forks new workers from the same
+code, so a deployment restarts the server for new code, as the image and docker compose do.
 """
 
 from __future__ import annotations
