@@ -103,9 +103,11 @@ def undeploy() -> None:
 
 
 def through_worker(model_pks: list[int], processes: int = 2) -> float:
-    """Queue `hub.sync_repo` for each model, as discovery does, to a real Celery worker (the
-    hub queue, `processes` processes); the seconds from the first send until all are synced."""
+    """Queue the models' first syncs as discovery does (`hub.sync_repos` in batches, through
+    the outbox) to a real Celery worker (the hub queue, `processes` processes); the seconds
+    from the first send until all are synced."""
     from registry.models import HubModel
+    from registry.tracking import enqueue_syncs
     from workers.celery import app
 
     name = f"bench-sync-{os.getpid()}@localhost"
@@ -122,8 +124,7 @@ def through_worker(model_pks: list[int], processes: int = 2) -> float:
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the Celery worker did not start; its log: {log}")
         started = time.perf_counter()
-        for pk in model_pks:
-            app.send_task("hub.sync_repo", args=[pk])
+        enqueue_syncs(model_pks)
         pending = HubModel.objects.filter(pk__in=model_pks, last_synced_at__isnull=True)
         deadline = time.monotonic() + 1800
         while pending.exists():

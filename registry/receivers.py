@@ -15,6 +15,7 @@ from .signals import (
     discovery_requested,
     status_changed,
     sync_requested,
+    syncs_requested,
     template_changed,
 )
 
@@ -29,6 +30,18 @@ def _check_changed_template(sender: Any, change_id: int, **kwargs: Any) -> None:
 @receiver(sync_requested, dispatch_uid="registry.sync_requested")
 def _sync(sender: Any, model_pk: int, force: bool = False, **kwargs: Any) -> None:
     enqueue_on_commit("hub.sync_repo", model_pk, force=force)
+
+
+#: Repos one `hub.sync_repos` message syncs: a worker takes one message for all of them (a
+#: message and its acknowledgement cost about as much as a first sync on a near Hub), and a
+#: discovery's progress still moves in steps of this many.
+SYNC_BATCH = 25
+
+
+@receiver(syncs_requested, dispatch_uid="registry.syncs_requested")
+def _sync_batches(sender: Any, model_pks: list[int], force: bool = False, **kwargs: Any) -> None:
+    for start in range(0, len(model_pks), SYNC_BATCH):
+        enqueue_on_commit("hub.sync_repos", model_pks[start : start + SYNC_BATCH], force=force)
 
 
 @receiver(discovery_requested, dispatch_uid="registry.discovery_requested")

@@ -8,6 +8,8 @@ expires caches does so after commit (`registry.jobs.enqueue_on_commit`, `transac
 - `status_changed(sender=HubModel, model_pk, old, new, reason)`: the repo became gated, private,
   missing or disabled.
 - `sync_requested(sender=HubModel, model_pk)`: a model was tracked and needs its first sync.
+- `syncs_requested(sender=HubModel, model_pks)`: several were tracked at once (a discovery, a
+  watch) and need their first syncs, in batches.
 - `check_requested(sender=CheckRun, run_id)`: a check run is pending and needs the engine.
 - `events_recorded(sender=ModelEvent)`: events were bulk-created (no post_save was sent).
 - `discovery_requested(sender=DiscoveryRun, run_id)`: a discovery run was asked for (button).
@@ -24,6 +26,7 @@ from django.dispatch import Signal
 template_changed = Signal()
 status_changed = Signal()
 sync_requested = Signal()
+syncs_requested = Signal()
 check_requested = Signal()
 events_recorded = Signal()
 catalog_changed = Signal()

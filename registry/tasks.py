@@ -24,7 +24,7 @@ from .hub import HubUnavailable
 from .jobs import single_running
 from .models import CheckRun, CheckStatus, DiscoveryRun, HubModel, ProbeRun, ProbeState
 from .probes import store_report
-from .sync import RegistrySync, backfill_histories, sync_stalest
+from .sync import RegistrySync, backfill_histories, sync_batch, sync_stalest
 from .tokenizer_files import TokenizerUnavailable, tokenizer_text
 from .watching import refresh_watches as refresh_all_watches
 
@@ -182,6 +182,38 @@ def _single_running(name: str, job: Callable[[], int]) -> int:
     """Run `job` unless another run of `name` holds the lock (a duplicate beat tick)."""
     with single_running(name, ttl=BATCH_SECONDS + 180) as mine:
         return job() if mine else 0
+
+
+@shared_task(
+    name="hub.sync_repos",
+    bind=True,
+    acks_late=True,
+    max_retries=6,
+    soft_time_limit=BATCH_SECONDS + 60,
+    time_limit=BATCH_SECONDS + 120,
+)
+def sync_repos(self: Task[Any, Any], model_pks: list[int], force: bool = False) -> int:
+    """Sync a batch of tracked models (a discovery's or a watch's new repos; see
+    `registry.receivers.SYNC_BATCH`), `REGISTRY_SYNC_CONCURRENCY` at a time as the beat's
+    batches are; return how many were synced. The rest are retried together later, after the
+    wait the Hub asked for, else with the same backoff as `hub.sync_repo`; past the retries
+    they are still never synced, which the beat's `hub.sync_stalest` takes first."""
+    results, again = sync_batch(
+        model_pks, force=force, concurrency=int(settings.REGISTRY_SYNC_CONCURRENCY)
+    )
+    for result in results:
+        logger.info("%s", result.line())
+    if again:
+        waits = [r.retry_after for r in results if r.retry_after is not None]
+        countdown = max(waits, default=0.0) or min(3600, 60 * 2**self.request.retries)
+        failed = next((r.message for r in results if r.outcome == "failed"), "")
+        raise self.retry(
+            args=(again,),
+            kwargs={"force": force},
+            countdown=countdown,
+            exc=HubUnavailable(f"{len(again)} of {len(model_pks)} repos to sync again: {failed}"),
+        )
+    return len(results)
 
 
 @shared_task(name="hub.sync_stalest", **BATCH_OPTIONS)

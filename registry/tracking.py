@@ -8,7 +8,7 @@ from django.http import HttpRequest
 
 from . import rate_limits
 from .models import HubModel, ModelStatus
-from .signals import sync_requested
+from .signals import sync_requested, syncs_requested
 
 logger = logging.getLogger(__name__)
 
@@ -22,10 +22,22 @@ def enqueue_sync(model_pk: int, *, force: bool = False) -> None:
     sync_requested.send(sender=HubModel, model_pk=model_pk, force=force)
 
 
+def enqueue_syncs(model_pks: list[int], *, force: bool = False) -> None:
+    """Ask for the syncs of several models at once (a discovery's or a watch's new repos):
+    queued in batches, each synced by one task."""
+    if model_pks:
+        syncs_requested.send(sender=HubModel, model_pks=list(model_pks), force=force)
+
+
+def needs_first_sync(model: HubModel, created: bool) -> bool:
+    """A model just tracked (or tracked before and never synced) waits for its first sync."""
+    return created or model.status == ModelStatus.PENDING
+
+
 def track(repo_id: str, via: str) -> tuple[HubModel, bool]:
     """Track `repo_id` (already validated); queue a sync when it is new or never synced."""
     model, created = HubModel.objects.track(repo_id, via=via)
-    if created or model.status == ModelStatus.PENDING:
+    if needs_first_sync(model, created):
         enqueue_sync(model.pk)
     return model, created
 

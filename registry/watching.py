@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from .hub import HubClient, HubUnavailable, RepoUnavailable
 from .models import HubModel, Watch, validate_repo_id
-from .tracking import track
+from .tracking import enqueue_syncs, needs_first_sync
 
 
 def refresh_watch(watch: Watch, client: HubClient, via: str = "watch") -> list[str]:
@@ -43,11 +43,13 @@ def watch_results(
             continue  # a malformed id from the Hub is skipped, not fatal
     known = set(HubModel.objects.filter(repo_id__in=valid).values_list("repo_id", flat=True))
     new = [r for r in valid if r not in known]
+    waiting = []
     for repo_id in new:
-        if queue_syncs:
-            track(repo_id, via=via)
-        else:
-            HubModel.objects.track(repo_id, via=via)
+        model, created = HubModel.objects.track(repo_id, via=via)
+        if needs_first_sync(model, created):
+            waiting.append(model.pk)
+    if queue_syncs:
+        enqueue_syncs(waiting)
     Watch.objects.filter(pk=watch.pk).update(last_run_at=timezone.now(), last_error="")
     return valid, new
 

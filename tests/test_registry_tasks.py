@@ -9,7 +9,8 @@ import pytest
 from registry.hub import HubUnavailable
 from registry.jobs import single_running
 from registry.models import HubModel, ModelStatus, Watch, WatchKind
-from registry.tasks import refresh_watches, sync_repo, sync_stalest_repos
+from registry.receivers import SYNC_BATCH
+from registry.tasks import refresh_watches, sync_repo, sync_repos, sync_stalest_repos
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
@@ -76,3 +77,35 @@ def test_sync_repo_raises_for_a_retry_when_the_hub_is_down(
     with pytest.raises(HubUnavailable):
         sync_repo(model.pk)
     assert "500" in HubModel.objects.get(pk=model.pk).sync_error
+
+
+def test_a_watch_queues_its_new_repos_first_syncs_in_batches(
+    fake_hub: FakeHub, hub_settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    for number in range(SYNC_BATCH + 5):
+        fake_hub.store.create_repo(f"many/m{number:02}")
+    Watch.objects.create(kind=WatchKind.AUTHOR, author="many", limit=100)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert refresh_watches(limit=5) == SYNC_BATCH + 5
+    # Each is `registry.jobs.enqueue_on_commit`'s send: partial(send, task, args, kwargs).
+    batches = [c.args[1][0] for c in callbacks if getattr(c, "args", ())[:1] == ("hub.sync_repos",)]
+    assert [len(b) for b in batches] == [SYNC_BATCH, 5]
+    tracked = HubModel.objects.filter(repo_id__startswith="many/")
+    assert sorted(pk for b in batches for pk in b) == sorted(tracked.values_list("pk", flat=True))
+    assert not any(getattr(c, "args", ())[:1] == ("hub.sync_repo",) for c in callbacks)
+
+
+# Four threads at a time (REGISTRY_SYNC_CONCURRENCY), each with its own connection.
+@pytest.mark.django_db(transaction=True)
+def test_sync_repos_syncs_a_batch_and_retries_only_what_failed(
+    three_repos: list[str], fake_hub: FakeHub, hub_settings: Any
+) -> None:
+    pks = list(HubModel.objects.order_by("repo_id").values_list("pk", flat=True))
+    assert sync_repos(pks) == 3
+    assert set(HubModel.objects.values_list("status", flat=True)) == {ModelStatus.OK}
+    hub_settings.HF_MAX_ATTEMPTS = 1
+    fake_hub.inject("500", times=5, match="/api/models/acme/b")
+    # Called directly (no worker), the retry raises its reason; a worker would queue it again
+    # with only acme/b (tests/test_sync_concurrency.py checks which).
+    with pytest.raises(HubUnavailable, match="1 of 3 repos to sync again"):
+        sync_repos(pks, force=True)

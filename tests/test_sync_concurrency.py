@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from registry.models import HubModel, ModelStatus
-from registry.sync import sync_concurrently, sync_stalest
+from registry.sync import sync_batch, sync_concurrently, sync_stalest
 from tests.fakehub import FakeHub
 from tests.fakehub.fixtures import fake_hub, hub_settings
 from tests.test_registry_sync import CHATML, tc, upload
@@ -56,3 +56,56 @@ def test_no_sync_starts_past_the_deadline(fake_hub: FakeHub, hub_settings: Any) 
     model, _ = HubModel.objects.track("org/late", via="track")
     assert sync_concurrently([model], concurrency=4, deadline=0.0, clock=lambda: 1.0) == []
     assert fake_hub.requests() == []
+
+
+def test_each_thread_keeps_one_connection_for_all_its_syncs_and_closes_it(
+    fake_hub: FakeHub, hub_settings: Any
+) -> None:
+    from django.db.backends.signals import connection_created
+
+    models = []
+    for number in range(8):
+        upload(fake_hub, f"org/c{number}", {"tokenizer_config.json": tc(CHATML)})
+        models.append(HubModel.objects.track(f"org/c{number}", via="track")[0])
+    opened: list[Any] = []
+
+    def note(sender: Any, connection: Any, **kwargs: Any) -> None:
+        opened.append(connection)
+
+    connection_created.connect(note)
+    try:
+        results = sync_concurrently(models, concurrency=2)
+    finally:
+        connection_created.disconnect(note)
+    assert [r.outcome for r in results] == ["updated"] * 8
+    # One connection a thread (closed after each sync, it was one a sync), none left open.
+    assert 1 <= len(opened) <= 2
+    assert all(c.connection is None for c in opened)
+
+
+def test_a_batch_says_which_models_to_sync_again(fake_hub: FakeHub, hub_settings: Any) -> None:
+    hub_settings.HF_MAX_ATTEMPTS = 1
+    pks = []
+    for name in ("ok", "down", "later"):
+        upload(fake_hub, f"org/{name}", {"tokenizer_config.json": tc(CHATML)})
+        pks.append(HubModel.objects.track(f"org/{name}", via="track")[0].pk)
+    gone, _ = HubModel.objects.track("org/untracked-since", via="track")
+    gone.delete()
+    fake_hub.inject("500", times=5, match="/api/models/org/down")
+    results, again = sync_batch([pks[0], gone.pk, pks[1], pks[2]])
+    assert [(r.repo_id, r.outcome) for r in results] == [
+        ("org/ok", "updated"), ("org/down", "failed"), ("org/later", "updated"),
+    ]  # fmt: skip
+    assert again == [pks[1]]
+    assert "500" in HubModel.objects.get(pk=pks[1]).sync_error
+
+    # Rate-limited: that one and every model not started are tried again, after the wait.
+    for name in ("r1", "r2"):
+        upload(fake_hub, f"org/{name}", {"tokenizer_config.json": tc(CHATML)})
+    limited = [HubModel.objects.track(f"org/{n}", via="track")[0].pk for n in ("r1", "r2")]
+    fake_hub.inject("429", times=50, match="/api/models/org/r1", retry_after=3600)
+    results, again = sync_batch(limited, concurrency=1)
+    assert [r.outcome for r in results] == ["failed"]
+    assert results[0].retry_after is not None and results[0].retry_after >= 3600
+    assert again == limited
+    assert not fake_hub.requests("org/r2")
