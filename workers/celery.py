@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init
+from celery.signals import beat_init, task_postrun, task_prerun, worker_init
 from django.db import close_old_connections
 from kombu import Queue
 
@@ -81,6 +81,14 @@ def _before_task(sender: Any = None, **_: Any) -> None:
 @task_postrun.connect(weak=False, dispatch_uid="cachesafe-task-postrun-connections")
 def _after_task(sender: Any = None, **_: Any) -> None:
     _connections_as_a_request(sender)
+
+
+@beat_init.connect(weak=False, dispatch_uid="cachesafe-beat-stops-on-sigterm")
+def _beat_stops_on_sigterm(sender: Any = None, **_: Any) -> None:
+    """Beat's own SIGTERM handler can be lost in its first seconds (workers/beat.py says how)."""
+    from .beat import stop_on_sigterm
+
+    stop_on_sigterm(sender)
 
 
 @worker_init.connect(weak=False, dispatch_uid="cachesafe-freeze-before-fork")
