@@ -76,6 +76,11 @@ def descendants(root: int) -> set[int]:
     return found
 
 
+def survivors(pids: set[int]) -> dict[int, str]:
+    """Which of `pids` still run, each with its command line (to say who outlived whom)."""
+    return {pid: " ".join(argv) for pid, (_, argv) in processes().items() if pid in pids}
+
+
 def child_running(serve: int, role: str) -> int | None:
     """The pid of serve's child running `celery ... <role>` (worker or beat), if there is one."""
     for pid, (ppid, argv) in processes().items():
@@ -159,16 +164,70 @@ def test_a_killed_worker_or_beat_is_restarted_and_the_site_stays_up(
 @pytest.mark.timeout(240)
 def test_serve_killed_outright_takes_its_children_along(serve: Served) -> None:
     """`kill -9` of serve itself (no Ctrl-C reaches children in groups of their own)."""
-    proc, base, _ = serve
+    proc, base, log_path = serve
     wait_for(lambda: child_running(proc.pid, "worker"), 30, "the worker")
     running = descendants(proc.pid)
     assert running
     proc.kill()
     proc.wait()
-    left = wait_for(
-        lambda: not (running & set(processes())) or None,
-        STOP_GRACE_SECONDS + 20,
-        "serve's children to stop",
-    )
-    assert left
+    deadline = time.monotonic() + STOP_GRACE_SECONDS + 20
+    while (left := survivors(running)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"serve's children outlived it: {left}"
     assert status_of(f"{base}/") is None
+    assert "serve: died without stopping web, worker, beat; stopping them" in log_path.read_text()
+
+
+#: A child that ignores SIGTERM, as a worker finishing a long task or a beat that missed the
+#: signal (workers/beat.py) looks to serve.
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('stubborn', flush=True); time.sleep(600)"
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_ignores_serve_dying_is_killed_after_the_grace(tmp_path: Path) -> None:
+    """serve's guardian kills what is left of a child's group once the grace is over."""
+    script = (
+        "import sys\n"
+        "from cachesafe.management.commands import serve\n"
+        "serve.STOP_GRACE_SECONDS = 1.0\n"
+        f"child = serve.Child('stubborn', [sys.executable, '-c', {STUBBORN!r}])\n"
+        "serve.Supervisor([child]).run()\n"
+    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    stubborn: int | None = None
+    try:
+        stubborn = wait_for(
+            lambda: next(
+                (pid for pid, (ppid, argv) in processes().items()
+                 if ppid == proc.pid and STUBBORN in argv),
+                None,
+            ),
+            30,
+            "the stubborn child",
+        )  # fmt: skip
+        wait_for(lambda: "stubborn" in log_path.read_text(), 30, "the child to ignore SIGTERM")
+        proc.kill()
+        proc.wait()
+        assert survivors({stubborn}), "the child died with serve: it did not ignore SIGTERM"
+        deadline = time.monotonic() + 20
+        while survivors({stubborn}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not survivors({stubborn}), "the guardian left the stubborn child running"
+        said = log_path.read_text()
+        assert "serve: died without stopping stubborn; stopping them" in said
+        assert re.search(r"stubborn \(process group \d+\) did not stop in 1 s; killing it", said)
+    finally:
+        proc.kill()
+        if stubborn is not None and survivors({stubborn}):
+            os.kill(stubborn, signal.SIGKILL)

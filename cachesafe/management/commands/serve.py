@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, connections
 
 from cachesafe.environment import ConfigError, Env
 
@@ -109,6 +109,9 @@ class Command(BaseCommand):
             ],
             "beat": [python, "-m", "celery", "-A", "workers", "beat", "--loglevel", "INFO"],
         }  # fmt: skip
+        # serve itself needs no database from here on, and the guardian it forks must not
+        # inherit a connection.
+        connections.close_all()
         self.stdout.write(f"CacheSafe on http://{host}:{port}/ (Ctrl-C stops everything)")
         self.stdout.flush()
         Supervisor([Child(name, command) for name, command in processes.items()]).run()
@@ -129,10 +132,111 @@ def describe_exit(code: int) -> str:
 
 
 def _stop_with_parent() -> None:
-    """In the child, before exec: SIGTERM when serve dies (Linux; elsewhere a no-op)."""
+    """In the child, before exec: SIGTERM when serve dies (Linux; elsewhere the guardian
+    sends it)."""
     if sys.platform == "linux":
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class Guardian:
+    """A process of its own that stops serve's children if serve dies without stopping them.
+
+    `kill -9` or the OOM killer gives serve no chance to stop anything. Its children are told
+    (SIGTERM, the parent-death signal on Linux; from here elsewhere), but a child can miss that
+    one signal or take long over a graceful stop (a worker finishing its task), and nobody is
+    left to insist. The guardian, forked before the children start, learns each child's process
+    group through a pipe and reads until the pipe closes, which happens however serve ends. If
+    groups are still registered then (serve died), it gives them STOP_GRACE_SECONDS, kills what
+    is left of each group, and exits.
+    """
+
+    def __init__(self) -> None:
+        self.pipe: int | None = None
+        self.pid: int | None = None
+
+    def start(self) -> None:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the guardian (tests/test_serve.py watches what it does)
+            os.close(write_end)
+            code = 1
+            try:
+                # Out of the terminal's process group: Ctrl-C is for serve, which then stops
+                # its children itself and tells the guardian.
+                os.setsid()
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                guard(read_end)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(read_end)
+        self.pipe, self.pid = write_end, pid
+
+    def close(self) -> None:
+        """Serve is stopping: the guardian reads the end of the pipe and exits; wait for it."""
+        if self.pipe is not None:
+            os.close(self.pipe)
+            self.pipe = None
+        if self.pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+
+    def tell(self, message: str) -> None:
+        if self.pipe is None:
+            return
+        # A guardian that is gone cannot be told; serve runs on without it.
+        with contextlib.suppress(OSError):
+            os.write(self.pipe, f"{message}\n".encode())
+
+    def started(self, group: int, name: str) -> None:
+        self.tell(f"+{group} {name}")
+
+    def stopped(self, group: int) -> None:
+        self.tell(f"-{group}")
+
+
+def guard(pipe: int) -> None:
+    """The guardian's work: read `+group name` / `-group` lines until the pipe closes; then
+    give the groups still registered STOP_GRACE_SECONDS and kill what is left of them."""
+    groups: dict[int, str] = {}
+    pending = b""
+    while chunk := os.read(pipe, 4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            number, _, name = line[1:].decode().partition(" ")
+            if line.startswith(b"+"):
+                groups[int(number)] = name
+            else:
+                groups.pop(int(number), None)
+    if not groups:
+        return  # serve stopped its children itself
+    log(f"died without stopping {', '.join(groups.values())}; stopping them")
+    if sys.platform != "linux":  # on Linux the parent-death signal has told them already
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(group, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        groups = {group: name for group, name in groups.items() if _group_alive(group)}
+        if not groups:
+            return
+        time.sleep(POLL_SECONDS)
+    for group, name in groups.items():
+        log(f"{name} (process group {group}) did not stop in {STOP_GRACE_SECONDS:g} s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class Child:
@@ -145,6 +249,7 @@ class Child:
         self.started_at = 0.0
         self.quick_deaths = 0
         self.restart_at: float | None = None
+        self.guardian = Guardian()
 
     def start(self) -> None:
         # Its own group, so one killpg reaches the pool processes of a worker or gunicorn too;
@@ -152,6 +257,7 @@ class Child:
         self.proc = subprocess.Popen(
             self.command, start_new_session=True, preexec_fn=_stop_with_parent
         )
+        self.guardian.started(self.proc.pid, self.name)
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -169,6 +275,7 @@ class Child:
             return
         # A dead leader leaves its pool processes behind; they would hold the port or the queue.
         self.kill_group()
+        self.guardian.stopped(self.proc.pid)
         if now - self.started_at >= STABLE_SECONDS:
             self.quick_deaths = 0
         delay = min(RESTART_MAX_SECONDS, RESTART_FIRST_SECONDS * 2**self.quick_deaths)
@@ -192,6 +299,7 @@ class Child:
             log(f"{self.name} did not stop in {STOP_GRACE_SECONDS:g} s; killing it")
         self.kill_group()
         self.proc.wait()
+        self.guardian.stopped(self.proc.pid)
 
     def kill_group(self) -> None:
         if self.proc is None:
@@ -211,6 +319,9 @@ class Supervisor:
     def __init__(self, children: list[Child]) -> None:
         self.children = children
         self.stopping = False
+        self.guardian = Guardian()
+        for child in children:
+            child.guardian = self.guardian
 
     def request_stop(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -219,6 +330,7 @@ class Supervisor:
         # Handlers first: a Ctrl-C that lands while the children start still stops them all.
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGTERM, self.request_stop)
+        self.guardian.start()
         try:
             for child in self.children:
                 child.start()
@@ -233,6 +345,7 @@ class Supervisor:
             deadline = time.monotonic() + STOP_GRACE_SECONDS
             for child in self.children:
                 child.wait_or_kill(deadline)
+            self.guardian.close()
 
 
 if os.name != "posix":  # pragma: no cover - the service targets Linux and macOS
