@@ -9,7 +9,7 @@ verdict then), or an edited one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -119,47 +119,106 @@ def _older_or_edited(base: HubModel, version_id: int, history: list[TemplateChan
 
 
 def refresh_drift(model: HubModel) -> list[int]:
-    """Store the drift of `model` against its nearest tracked base, and of every tracked
-    derivative of `model` against it (the catalog filters on it); the ids whose drift changed.
+    """`refresh_drift_many` of one model."""
+    return refresh_drift_many([model])
 
-    Called when `model`'s templates were recorded: either side of a pair changing is covered,
-    since a derivative's sync refreshes itself and a base's sync refreshes its derivatives."""
-    changed: list[int] = []
-    chain = bases(model)
-    mine = drift(model, chain[0]).kind if chain else ""
-    if mine != model.drift:
-        HubModel.objects.filter(pk=model.pk).update(drift=mine)
-        model.drift = mine
-        changed.append(model.pk)
-    below = list(
-        HubModel.objects.select_related("current_snapshot")
-        .filter(base_model__iexact=model.repo_id)
-        .exclude(pk=model.pk)
-        .only("pk", "drift", "current_snapshot__default_template_id")
+
+def refresh_drift_many(models: Sequence[HubModel]) -> list[int]:
+    """Store the drift of each of `models` against its nearest tracked base, and of every
+    tracked derivative of each against it (the catalog filters on it); the ids whose drift
+    changed.
+
+    Called when the models' templates were recorded: either side of a pair changing is
+    covered, since a derivative's sync refreshes itself and a base's sync refreshes its
+    derivatives. The bases of all of them are read in one query, their derivatives in another
+    (a batch of first syncs is mostly repos that are neither), and a base's history once."""
+    found: dict[int, str] = {}
+    nearest = _nearest_bases(models)
+    against: dict[int, tuple[HubModel, list[HubModel]]] = {}
+    for model in models:
+        base = nearest.get(model.pk)
+        if base is None:
+            found[model.pk] = ""
+        else:
+            against.setdefault(base.pk, (base, []))[1].append(model)
+    for base, group in against.values():
+        found |= {m.pk: d.kind for m, d in zip(group, drifts(base, group), strict=True)}
+    changed = _store_drift(
+        {model.pk: found[model.pk] for model in models if found[model.pk] != model.drift},
+        models,
     )
+    names = {model.repo_id.upper(): model for model in models}
+    below: dict[int, list[HubModel]] = {}
+    for derivative in (
+        HubModel.objects.select_related("current_snapshot")
+        .annotate(base_upper=Upper("base_model"))
+        .filter(base_upper__in=list(names))
+        .only("pk", "drift", "base_model", "current_snapshot__default_template_id")
+    ):
+        base = names.get(derivative.base_model.upper())
+        if base is not None and derivative.pk != base.pk:
+            below.setdefault(base.pk, []).append(derivative)
+    moved: dict[int, str] = {}
+    for model in models:
+        group = below.get(model.pk, [])
+        for derivative, drifted in zip(group, drifts(model, group), strict=True):
+            if derivative.drift != drifted.kind:
+                moved[derivative.pk] = drifted.kind
+    return changed + [pk for pk in _store_drift(moved, models) if pk not in changed]
+
+
+def _nearest_bases(models: Sequence[HubModel]) -> dict[int, HubModel]:
+    """The nearest tracked base of each of `models` that names one (`bases(model)[0]`), by
+    the model's id, in one query."""
+    wanted = {
+        model.pk: model.base_model.upper()
+        for model in models
+        if model.base_model and model.base_model.lower() != model.repo_id.lower()
+    }
+    if not wanted:
+        return {}
+    tracked: dict[str, HubModel] = {}
+    for base in (
+        HubModel.objects.select_related("current_snapshot__default_template")
+        .annotate(id_upper=Upper("repo_id"))
+        .filter(id_upper__in=set(wanted.values()))
+        .order_by("pk")
+    ):
+        tracked.setdefault(base.repo_id.upper(), base)  # the first, as `bases` takes it
+    return {pk: tracked[name] for pk, name in wanted.items() if name in tracked}
+
+
+def _store_drift(kinds: dict[int, str], models: Sequence[HubModel]) -> list[int]:
+    """Write each model's new drift (one update a kind), and on those of `models` in memory."""
     by_kind: dict[str, list[int]] = {}
-    for derivative, found in zip(below, drifts(model, below), strict=True):
-        if derivative.drift != found.kind:
-            by_kind.setdefault(found.kind, []).append(derivative.pk)
+    for pk, kind in kinds.items():
+        by_kind.setdefault(kind, []).append(pk)
     for kind, ids in by_kind.items():
         HubModel.objects.filter(pk__in=ids).update(drift=kind)
-        changed += ids
-    return changed
+    for model in models:
+        if model.pk in kinds:
+            model.drift = kinds[model.pk]
+    return list(kinds)
 
 
 #: A derivative's verdicts that a base's cache-safe template would fix.
 NOT_SAFE = (Verdict.UNSAFE,)
 
 
-def record_stale_fixes_after_sync(model: HubModel, drifted: list[int]) -> int:
-    """`record_stale_fixes` for a model whose templates a sync just recorded and the models
-    whose drift that moved (`refresh_drift`). Without a query when none can qualify: `model`
-    is neither cache-safe (a base whose derivatives may lag) nor an older copy of its base with
-    a verdict a fix would change, and no drift moved. A new repo's first sync is that case."""
-    lagging = model.drift == DriftKind.OLDER and model.verdict in NOT_SAFE
-    if not drifted and not lagging and model.verdict != Verdict.SAFE:
+def record_stale_fixes_after_syncs(models: Sequence[HubModel], drifted: list[int]) -> int:
+    """`record_stale_fixes` for models whose templates a sync just recorded and the models
+    whose drift that moved (`refresh_drift_many`). Without a query when none can qualify: no
+    model is cache-safe (a base whose derivatives may lag) or an older copy of its base with a
+    verdict a fix would change, and no drift moved. New repos' first syncs are that case."""
+    qualifying = [
+        model.pk
+        for model in models
+        if model.verdict == Verdict.SAFE
+        or (model.drift == DriftKind.OLDER and model.verdict in NOT_SAFE)
+    ]
+    if not drifted and not qualifying:
         return 0
-    return record_stale_fixes([model.pk, *drifted])
+    return record_stale_fixes([*qualifying, *drifted])
 
 
 def record_stale_fixes(model_ids: Iterable[int]) -> int:

@@ -21,10 +21,11 @@ from .signals import (
 
 
 @receiver(template_changed, dispatch_uid="registry.template_changed")
-def _check_changed_template(sender: Any, change_id: int, **kwargs: Any) -> None:
-    # If the broker is down the change stays unclaimed in Postgres and the beat dispatcher
-    # picks it up.
-    enqueue_on_commit("workers.handle_template_change", change_id)
+def _check_changed_templates(sender: Any, change_ids: list[int], **kwargs: Any) -> None:
+    # One message for a sync's changes, or a batch of first syncs': they are claimed together.
+    # If the broker is down they stay unclaimed in Postgres and the beat dispatcher picks
+    # them up.
+    enqueue_on_commit("workers.handle_template_changes", change_ids)
 
 
 @receiver(sync_requested, dispatch_uid="registry.sync_requested")

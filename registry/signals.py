@@ -4,7 +4,8 @@ that it never imports the layers above it (or its own task module).
 Each is sent inside the transaction that made the change; a receiver that enqueues work or
 expires caches does so after commit (`registry.jobs.enqueue_on_commit`, `transaction.on_commit`).
 
-- `template_changed(sender=TemplateChange, change_id)`: a new TemplateChange row (sent once).
+- `template_changed(sender=TemplateChange, change_ids)`: new TemplateChange rows (each sent
+  once), those a sync or a batch of syncs recorded together.
 - `status_changed(sender=HubModel, model_pk, old, new, reason)`: the repo became gated, private,
   missing or disabled.
 - `sync_requested(sender=HubModel, model_pk)`: a model was tracked and needs its first sync.

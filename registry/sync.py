@@ -21,7 +21,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from .derivatives import record_stale_fixes_after_sync, refresh_drift
+from .derivatives import record_stale_fixes_after_syncs, refresh_drift_many
 from .gguf_files import gguf_facts, gguf_paths, read_embedded
 from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
 from .models import (
@@ -209,6 +209,13 @@ class RegistrySync:
 
     def sync(self, model: HubModel, *, force: bool = False) -> SyncResult:
         """Bring one model up to date; raises HubUnavailable when the Hub should be retried."""
+        found = self.look(model, force=force)
+        return record(model.pk, found) if isinstance(found, Observation) else found
+
+    def look(self, model: HubModel, *, force: bool = False) -> Observation | SyncResult:
+        """Read what changed upstream: an Observation to record, or the result of a sync that
+        has no templates to record (gone, gated, unchanged), written at once (a statement or
+        two). Raises HubUnavailable when the Hub should be retried."""
         try:
             info = self.client.model_info(model.repo_id)
         except RepoUnavailable as gone:
@@ -237,7 +244,7 @@ class RegistrySync:
         except HubUnavailable as err:
             record_failure(model.pk, str(err))
             raise
-        return record(model.pk, observation)
+        return observation
 
     def _with_head(self, info: RepoInfo) -> RepoInfo:
         """The head commit from the commit list, for a Hub whose model info has no `sha`."""
@@ -484,17 +491,15 @@ class RegistrySync:
             return str(err)
 
 
-# --- recording (one transaction per repo) ---------------------------------------------------
+# --- recording (one transaction per repo, or per batch of repos) ----------------------------
 
 
 def _identity_of(snapshot: TemplateSnapshot | None) -> Identity:
+    """What a change compares, of a stored snapshot (read with its named templates' versions:
+    `prefetch_related("named_templates__version")`)."""
     if snapshot is None:
         return None
-    named = tuple(
-        sorted(
-            (n.name, n.version.sha256) for n in snapshot.named_templates.select_related("version")
-        )
-    )
+    named = tuple(sorted((n.name, n.version.sha256) for n in snapshot.named_templates.all()))
     return (snapshot.default_template.sha256, named)
 
 
@@ -502,39 +507,74 @@ def _identity(found: FoundTemplates | None) -> Identity:
     return found.identity() if found is not None else None
 
 
-def _version(text: str, cache: dict[str, TemplateVersion]) -> TemplateVersion:
-    sha = sha256_text(text)
-    if sha not in cache:
-        cache[sha], _ = TemplateVersion.objects.get_or_create_for_text(text)
-    return cache[sha]
+def _texts(found: FoundTemplates) -> list[str]:
+    return [found.default, *found.named.values()]
 
 
-def _snapshot(
-    model: HubModel, state: CommitTemplates, versions: dict[str, TemplateVersion]
-) -> TemplateSnapshot:
-    found = state.found
-    assert found is not None
-    tokenizer = state.tokenizer_json
-    # The model's row is locked (select_for_update) by every writer of its snapshots and
-    # changes, so a read then a create cannot race: no savepoint as get_or_create takes.
-    snapshot = TemplateSnapshot.objects.filter(model=model, commit_sha=state.commit.sha).first()
-    if snapshot is not None:
-        return snapshot
-    snapshot = TemplateSnapshot.objects.create(
-        model=model,
-        commit_sha=state.commit.sha,
-        committed_at=state.commit.date,
-        source_file=found.source_file,
-        default_template=_version(found.default, versions),
-        special_tokens=found.special_tokens,
-        tokenizer_json_sha=tokenizer.content_id if tokenizer else "",
-        tokenizer_json_size=tokenizer.size if tokenizer else None,
+def _load_versions(texts: Iterable[str], versions: dict[str, TemplateVersion]) -> None:
+    """Put the TemplateVersion of each of `texts` in `versions` (by SHA-256): those already
+    stored in one query, the new ones in one insert. A concurrent writer's insert of the same
+    text waits for it (the unique SHA-256), and the read after it finds that row."""
+    wanted = {sha256_text(text): text for text in texts}
+    missing = [sha for sha in wanted if sha not in versions]
+    if not missing:
+        return
+    versions |= {v.sha256: v for v in TemplateVersion.objects.filter(sha256__in=missing)}
+    new = [sha for sha in missing if sha not in versions]
+    if not new:
+        return
+    TemplateVersion.objects.bulk_create(
+        [
+            TemplateVersion(
+                sha256=sha, text=wanted[sha], size=len(wanted[sha].encode("utf-8", "surrogatepass"))
+            )
+            for sha in new
+        ],
+        ignore_conflicts=True,
     )
+    versions |= {v.sha256: v for v in TemplateVersion.objects.filter(sha256__in=new)}
+
+
+def _snapshots(
+    states: list[tuple[HubModel, CommitTemplates]], versions: dict[str, TemplateVersion]
+) -> dict[tuple[int, str], TemplateSnapshot]:
+    """The snapshot of each (model, state with templates), by (model id, commit): the stored
+    ones in one query, the new ones (and their named templates) in one insert each.
+
+    Every writer of a model's snapshots and changes holds the model's row lock
+    (select_for_update), so a read then a create cannot race: no savepoint, no conflict."""
+    if not states:
+        return {}
+    _load_versions((text for _, state in states for text in _texts(state.found)), versions)  # type: ignore[arg-type]
+    keys = {(model.pk, state.commit.sha) for model, state in states}
+    stored = TemplateSnapshot.objects.select_related("default_template").filter(
+        model_id__in={pk for pk, _ in keys}, commit_sha__in={sha for _, sha in keys}
+    )
+    found = {(s.model_id, s.commit_sha): s for s in stored if (s.model_id, s.commit_sha) in keys}
+    new: dict[tuple[int, str], tuple[TemplateSnapshot, FoundTemplates]] = {}
+    for model, state in states:
+        key = (model.pk, state.commit.sha)
+        templates, tokenizer = state.found, state.tokenizer_json
+        if key in found or key in new or templates is None:
+            continue
+        snapshot = TemplateSnapshot(
+            model=model,
+            commit_sha=state.commit.sha,
+            committed_at=state.commit.date,
+            source_file=templates.source_file,
+            default_template=versions[sha256_text(templates.default)],
+            special_tokens=templates.special_tokens,
+            tokenizer_json_sha=tokenizer.content_id if tokenizer else "",
+            tokenizer_json_size=tokenizer.size if tokenizer else None,
+        )
+        new[key] = (snapshot, templates)
+    TemplateSnapshot.objects.bulk_create([snapshot for snapshot, _ in new.values()])
     NamedTemplate.objects.bulk_create(
-        NamedTemplate(snapshot=snapshot, name=name[:100], version=_version(text, versions))
-        for name, text in sorted(found.named.items())
+        NamedTemplate(snapshot=snapshot, name=name[:100], version=versions[sha256_text(text)])
+        for snapshot, templates in new.values()
+        for name, text in sorted(templates.named.items())
     )
-    return snapshot
+    return found | {key: snapshot for key, (snapshot, _) in new.items()}
 
 
 @dataclass
@@ -547,126 +587,202 @@ class _Changes:
     snapshot: TemplateSnapshot | None
 
 
+#: A walk to record: the model, its states (oldest first) and the snapshot they follow.
+_Walked = tuple[HubModel, list[CommitTemplates], TemplateSnapshot | None]
+
+
 def _record_changes(
-    model: HubModel,
-    states: list[CommitTemplates],
-    current: TemplateSnapshot | None,
-    versions: dict[str, TemplateVersion],
-    *,
-    backfilled: bool = False,
-) -> _Changes:
-    """Snapshots of `states` (oldest first) and a TemplateChange wherever the templates differ
-    from the state before (the first from `current`)."""
-    walked = _Changes(
-        [], _identity_of(current), current.default_template if current else None, current
+    walks: list[_Walked], versions: dict[str, TemplateVersion], *, backfilled: bool = False
+) -> list[_Changes]:
+    """For each walk: snapshots of its states and a TemplateChange wherever the templates
+    differ from the state before (the first from the snapshot it follows). Set-wise: the
+    snapshots, the changes already stored and the new ones each take one statement for every
+    walk together."""
+    snapshots = _snapshots(
+        [(model, state) for model, states, _ in walks for state in states if state.found],
+        versions,
     )
-    for state in states:
-        snapshot = _snapshot(model, state, versions) if state.found is not None else None
-        walked.snapshot = snapshot
-        new_identity = _identity(state.found)
-        if new_identity == walked.identity:
-            continue
-        new_version = snapshot.default_template if snapshot is not None else None
-        # Under the model's row lock, as in _snapshot: no savepoint needed.
-        if not TemplateChange.objects.filter(model=model, commit_sha=state.commit.sha).exists():
-            walked.created.append(
-                TemplateChange.objects.create(
-                    model=model,
-                    commit_sha=state.commit.sha,
-                    committed_at=state.commit.date,
-                    title=state.commit.title,
-                    old_version=walked.version,
-                    new_version=new_version,
-                    snapshot=snapshot,
-                    backfilled=backfilled,
-                )
+    walked_all: list[_Changes] = []
+    planned: list[tuple[_Changes, TemplateChange]] = []
+    for model, states, current in walks:
+        walked = _Changes(
+            [], _identity_of(current), current.default_template if current else None, current
+        )
+        for state in states:
+            snapshot = snapshots[(model.pk, state.commit.sha)] if state.found else None
+            walked.snapshot = snapshot
+            new_identity = _identity(state.found)
+            if new_identity == walked.identity:
+                continue
+            new_version = snapshot.default_template if snapshot is not None else None
+            change = TemplateChange(
+                model=model,
+                commit_sha=state.commit.sha,
+                committed_at=state.commit.date,
+                title=state.commit.title,
+                old_version=walked.version,
+                new_version=new_version,
+                snapshot=snapshot,
+                backfilled=backfilled,
             )
-        walked.identity, walked.version = new_identity, new_version
-    return walked
+            planned.append((walked, change))
+            walked.identity, walked.version = new_identity, new_version
+        walked_all.append(walked)
+    if planned:
+        # Under the models' row locks, as for the snapshots: a read then a create.
+        stored = set(
+            TemplateChange.objects.filter(
+                model_id__in={c.model_id for _, c in planned},
+                commit_sha__in={c.commit_sha for _, c in planned},
+            ).values_list("model_id", "commit_sha")
+        )
+        new = [(w, c) for w, c in planned if (c.model_id, c.commit_sha) not in stored]
+        TemplateChange.objects.bulk_create([change for _, change in new])
+        for walked, change in new:
+            walked.created.append(change)
+    return walked_all
+
+
+def _values(model: HubModel, observation: Observation, walked: _Changes) -> dict[str, Any]:
+    """The model's fields after what `observation` saw (`walked`: the changes it recorded)."""
+    created, identity, snapshot = walked.created, walked.identity, walked.snapshot
+    values: dict[str, Any] = {
+        "template_files": observation.files_signature,
+        "sync_error": "",
+        "sync_failed_at": None,
+        "last_synced_at": timezone.now(),
+    }
+    if observation.states:
+        values["current_snapshot"] = snapshot
+    if observation.history_complete is not None:
+        values["history_complete"] = observation.history_complete
+    if observation.history_from:
+        values["history_from"] = observation.history_from
+    if observation.info is not None:
+        values |= metadata_fields(observation.info)
+    else:
+        values |= {
+            "last_commit_sha": observation.head_sha,
+            "last_commit_at": observation.head_date,
+        }
+    if observation.facts is not None:
+        values |= facts_fields(observation.facts)
+        if not model.family and observation.facts.model_type:
+            values["family"] = observation.facts.model_type
+    if observation.gguf_files is not None:
+        values["gguf_files"] = observation.gguf_files
+        values |= observation.gguf_facts
+        if not model.family and observation.gguf_facts.get("model_type"):
+            values["family"] = observation.gguf_facts["model_type"]
+    if observation.broken_reason:
+        values |= {"status": ModelStatus.BROKEN, "status_reason": observation.broken_reason}
+    elif identity is None:
+        values |= {"status": ModelStatus.NO_TEMPLATE, "status_reason": "no chat template"}
+    else:
+        values |= {"status": ModelStatus.OK, "status_reason": ""}
+    if created:
+        dates = [c.committed_at for c in created if c.committed_at is not None]
+        values["last_template_change_at"] = max(dates) if dates else timezone.now()
+    return values
 
 
 def record(model_pk: int, observation: Observation) -> SyncResult:
-    """Write what a sync observed, all or nothing, with template_changed for each new change
-    (its receivers enqueue after commit)."""
-    with transaction.atomic():
-        model = HubModel.objects.select_for_update().get(pk=model_pk)
-        if (
-            not observation.via_local
-            and model.template_files.get("commit") == observation.head_sha
-            and model.status in SETTLED
-            and not observation.states
-        ):
-            return SyncResult(model.repo_id, "unchanged", model.status)  # a concurrent sync won
-        current: TemplateSnapshot | None = None
-        if observation.incremental and model.current_snapshot_id:
-            current = TemplateSnapshot.objects.select_related("default_template").get(
-                pk=model.current_snapshot_id
-            )
-        versions: dict[str, TemplateVersion] = {}
-        walked = _record_changes(model, observation.states, current, versions)
-        created, identity, snapshot = walked.created, walked.identity, walked.snapshot
+    """Write what a sync observed, all or nothing (`record_many` of one)."""
+    return record_many([(model_pk, observation)])[0]
 
-        values: dict[str, Any] = {
-            "template_files": observation.files_signature,
-            "sync_error": "",
-            "sync_failed_at": None,
-            "last_synced_at": timezone.now(),
+
+def record_many(observed: list[tuple[int, Observation]]) -> list[SyncResult]:
+    """Write what syncs observed, for one model or a batch of them, in one transaction (all or
+    nothing), with template_changed for the new changes (its receiver enqueues after commit);
+    their results in the order given. Raises HubModel.DoesNotExist when a model is no longer
+    tracked.
+
+    A batch takes about the statements of one repo: the models' rows locked together, their
+    templates, snapshots and changes read and written set-wise, the models saved in one update,
+    their drift refreshed together, one announcement. Repo by repo, the statements, the
+    commits and the messages were most of a first sync's time (docs/registry.md)."""
+    with transaction.atomic():
+        pks = [pk for pk, _ in observed]
+        locked = {
+            model.pk: model
+            for model in HubModel.objects.select_for_update().filter(pk__in=pks).order_by("pk")
         }
-        if observation.states:
-            values["current_snapshot"] = snapshot
-        if observation.history_complete is not None:
-            values["history_complete"] = observation.history_complete
-        if observation.history_from:
-            values["history_from"] = observation.history_from
-        if observation.info is not None:
-            values |= metadata_fields(observation.info)
-        else:
-            values |= {
-                "last_commit_sha": observation.head_sha,
-                "last_commit_at": observation.head_date,
-            }
-        if observation.facts is not None:
-            values |= facts_fields(observation.facts)
-            if not model.family and observation.facts.model_type:
-                values["family"] = observation.facts.model_type
-        if observation.gguf_files is not None:
-            values["gguf_files"] = observation.gguf_files
-            values |= observation.gguf_facts
-            for text in observation.gguf_texts.values():
-                _version(text, versions)
-            if not model.family and observation.gguf_facts.get("model_type"):
-                values["family"] = observation.gguf_facts["model_type"]
-        if observation.broken_reason:
-            values |= {"status": ModelStatus.BROKEN, "status_reason": observation.broken_reason}
-        elif identity is None:
-            values |= {"status": ModelStatus.NO_TEMPLATE, "status_reason": "no chat template"}
-        else:
-            values |= {"status": ModelStatus.OK, "status_reason": ""}
-        if created:
-            dates = [c.committed_at for c in created if c.committed_at is not None]
-            values["last_template_change_at"] = max(dates) if dates else timezone.now()
-        changed = _assign(model, values)
-        model.save(update_fields=changed)
+        if gone := [pk for pk in pks if pk not in locked]:
+            raise HubModel.DoesNotExist(f"models no longer tracked: {gone}")
+        results: dict[int, SyncResult] = {}
+        todo: list[tuple[HubModel, Observation]] = []
+        for pk, observation in observed:
+            model = locked[pk]
+            if (
+                not observation.via_local
+                and model.template_files.get("commit") == observation.head_sha
+                and model.status in SETTLED
+                and not observation.states
+            ):
+                # A concurrent sync won.
+                results[pk] = SyncResult(model.repo_id, "unchanged", model.status)
+            else:
+                todo.append((model, observation))
+        if todo:
+            results |= _write(todo)
+    return [results[pk] for pk in pks]
+
+
+def _write(todo: list[tuple[HubModel, Observation]]) -> dict[int, SyncResult]:
+    """`record_many`'s writes, for models locked by the caller's transaction."""
+    follows = [m.current_snapshot_id for m, o in todo if o.incremental and m.current_snapshot_id]
+    currents = TemplateSnapshot.objects.select_related("default_template").prefetch_related(
+        "named_templates__version"
+    )
+    current = currents.in_bulk(follows) if follows else {}
+    versions: dict[str, TemplateVersion] = {}
+    # A GGUF repo's embedded templates are stored for their checks, in no snapshot.
+    _load_versions((text for _, o in todo for text in o.gguf_texts.values()), versions)
+    walks = _record_changes(
+        [
+            (model, o.states, current.get(model.current_snapshot_id) if o.incremental else None)
+            for model, o in todo
+        ],
+        versions,
+    )
+    for (model, observation), walked in zip(todo, walks, strict=True):
+        if changed := _assign(model, _values(model, observation, walked)):
+            # A statement a model: Django's bulk_update (a CASE per field and model) cost
+            # three times as much for a batch of first syncs, most of it building the CASEs.
+            HubModel.objects.filter(pk=model.pk).update(
+                **{name: getattr(model, name) for name in changed}
+            )
+    models = [model for model, _ in todo]
+    for model, observation in todo:
         if observation.broken_reason and model.current_snapshot_id is None:
             record_unreadable(model.pk, observation.broken_reason)
-        for change in created:
-            # In the transaction: the change and the message about it (an outbox row, sent
-            # after commit) are written together.
-            _announce(change.pk)
-        # Snapshots and named templates are bulk-created, drift updated in bulk (no post_save):
-        # say so to the pages.
-        drifted = refresh_drift(model)
-        shown: dict[int, tuple[str, list[str]]] = {}
+    created = [change for walked in walks for change in walked.created]
+    if created:
+        # In the transaction: the changes and the message about them (an outbox row, sent
+        # after commit) are written together.
+        _announce([change.pk for change in created])
+    # Snapshots and named templates are bulk-created, the models and drift updated in bulk (no
+    # post_save): say so to the pages, with what they show where the sync knows it.
+    drifted = refresh_drift_many(models)
+    shown: dict[int, tuple[str, list[str]]] = {}
+    for (model, observation), walked in zip(todo, walks, strict=True):
         if observation.states:  # its current templates are the last state's: said, not looked up
+            identity = walked.identity
             shas = [identity[0], *(sha for _, sha in identity[1])] if identity else []
             shown[model.pk] = (model.repo_id, shas)
-        catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted], shown=shown)
-        record_stale_fixes_after_sync(model, drifted)
-    return SyncResult(model.repo_id, "updated", model.status, len(created), model.status_reason)
+    model_ids = [*(model.pk for model in models), *drifted]
+    catalog_changed.send(sender=HubModel, model_ids=model_ids, shown=shown)
+    record_stale_fixes_after_syncs(models, drifted)
+    return {
+        model.pk: SyncResult(
+            model.repo_id, "updated", model.status, len(walked.created), model.status_reason
+        )
+        for (model, _), walked in zip(todo, walks, strict=True)
+    }
 
 
-def _announce(change_id: int) -> None:
-    template_changed.send(sender=TemplateChange, change_id=change_id)
+def _announce(change_ids: list[int]) -> None:
+    template_changed.send(sender=TemplateChange, change_ids=change_ids)
 
 
 def _head_templates(model: HubModel, start: str) -> dict[str, FoundTemplates]:
@@ -704,9 +820,14 @@ def record_history(
         model = HubModel.objects.select_for_update().get(pk=model_pk)
         if model.history_from != start:
             return SyncResult(model.repo_id, "unchanged", model.status)  # done already
-        walked = _record_changes(model, states, None, {}, backfilled=True)
+        [walked] = _record_changes([(model, states, None)], {}, backfilled=True)
         created, identity, version = walked.created, walked.identity, walked.version
-        head = TemplateSnapshot.objects.filter(model=model, commit_sha=start).first()
+        head = (
+            TemplateSnapshot.objects.select_related("default_template")
+            .prefetch_related("named_templates__version")
+            .filter(model=model, commit_sha=start)
+            .first()
+        )
         head_change = TemplateChange.objects.filter(model=model, commit_sha=start).first()
         if _identity_of(head) == identity:
             if head_change is not None and head_change.old_version_id is None:
@@ -736,14 +857,14 @@ def record_history(
             values["last_template_change_at"] = latest.committed_at
         changed = _assign(model, values)
         model.save(update_fields=changed)
-        for change in created:
-            # In the transaction: the change and the message about it (an outbox row, sent
+        if created:
+            # In the transaction: the changes and the message about them (an outbox row, sent
             # after commit) are written together.
-            _announce(change.pk)  # checks; no event (backfilled)
+            _announce([change.pk for change in created])  # checks; no event (backfilled)
         # A base's older templates are known now: a derivative that copied one is "older".
-        drifted = refresh_drift(model)
+        drifted = refresh_drift_many([model])
         catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
-        record_stale_fixes_after_sync(model, drifted)
+        record_stale_fixes_after_syncs([model], drifted)
     return SyncResult(model.repo_id, "updated", model.status, len(created), "history")
 
 
@@ -817,6 +938,10 @@ def record_failure(model_pk: int, message: str) -> None:
     )
 
 
+#: Observations recorded in one transaction by `sync_concurrently` (`record_many`).
+RECORD_BATCH = 25
+
+
 def sync_concurrently(
     models: Iterable[HubModel],
     *,
@@ -829,10 +954,13 @@ def sync_concurrently(
 ) -> list[SyncResult]:
     """Sync `models`, `concurrency` at a time, in order of the iterable.
 
-    Each thread has its own client (or shares `client`), and every client takes its tokens from
-    the credential's shared bucket, so the Hub's rate limit holds at any concurrency. No sync
-    starts past `deadline` (of `clock`) or once the Hub rate-limited us (the rest wait for the
-    next run). One at a time, everything runs in the calling thread.
+    The Hub is read `concurrency` at a time; what was read is recorded in the calling thread,
+    `RECORD_BATCH` repos a transaction (`record_many`), and the outcomes that record no
+    templates (unchanged, gone) at once. Each thread has its own client (or shares `client`),
+    and every client takes its tokens from the credential's shared bucket, so the Hub's rate
+    limit holds at any concurrency. No sync starts past `deadline` (of `clock`) or once the
+    Hub rate-limited us (the rest wait for the next run); what was read by then is recorded.
+    One at a time, everything runs in the calling thread.
 
     Each pool thread keeps its database connection from one sync to the next, as a web worker's
     thread does from one request to the next, and they are closed once the pool is done:
@@ -844,7 +972,7 @@ def sync_concurrently(
         client = client or HubClient()  # one client for the whole run
     own = threading.local()  # without a shared `client`, each thread's own, for all its syncs
 
-    def one(model: HubModel) -> SyncResult | None:
+    def one(model: HubModel) -> tuple[HubModel, Observation | SyncResult] | None:
         if stop.is_set() or (deadline is not None and clock() >= deadline):
             stop.set()
             return None
@@ -853,24 +981,51 @@ def sync_concurrently(
         try:
             if client is None and not hasattr(own, "client"):
                 own.client = HubClient()
-            return RegistrySync(client or own.client).sync(model, force=force)
+            return model, RegistrySync(client or own.client).look(model, force=force)
         except HubUnavailable as err:
             if err.retry_after is not None:
                 stop.set()
-            return SyncResult(
+            failed = SyncResult(
                 model.repo_id, "failed", model.status, message=str(err), retry_after=err.retry_after
             )
+            return model, failed
 
-    results: list[SyncResult] = []
+    # Each result at the place of its model in `models` (a recorded one comes after the next).
+    placed: list[tuple[int, SyncResult]] = []
+    waiting: list[tuple[int, HubModel, Observation]] = []
+
+    def done(place: int, result: SyncResult) -> None:
+        placed.append((place, result))
+        if on_result is not None:
+            on_result(result)
+
+    def record_waiting() -> None:
+        batch = waiting[:]
+        waiting.clear()
+        recorded = record_batch([(model, observation) for _, model, observation in batch])
+        places = {model.repo_id: place for place, model, _ in batch}
+        for result in recorded:
+            done(places[result.repo_id], result)
+
+    def take(place: int, model: HubModel, found: Observation | SyncResult) -> None:
+        if isinstance(found, SyncResult):
+            done(place, found)
+            return
+        waiting.append((place, model, found))
+        if len(waiting) >= RECORD_BATCH:
+            record_waiting()
+
+    def in_order() -> list[SyncResult]:
+        return [result for _, result in sorted(placed, key=lambda pair: pair[0])]
+
     if not threaded:
-        for model in models:
-            result = one(model)
-            if result is None:
+        for place, model in enumerate(models):
+            seen = one(model)
+            if seen is None:
                 break
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
-        return results
+            take(place, *seen)
+        record_waiting()
+        return in_order()
     close_old_connections()
     # Each thread's connection handles, taken in the thread (Django's are per thread), so that
     # this thread can close them once the pool has stopped.
@@ -883,15 +1038,43 @@ def sync_concurrently(
         with ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="sync", initializer=take_handles
         ) as pool:
-            for found in pool.map(one, models):
-                if found is not None:
-                    results.append(found)
-                    if on_result is not None:
-                        on_result(found)
+            for place, seen in enumerate(pool.map(one, models)):
+                if seen is not None:
+                    take(place, *seen)
+        record_waiting()
     finally:
         for handle in handles:
             handle.inc_thread_sharing()  # its thread has ended
             handle.close()
+    return in_order()
+
+
+def record_batch(batch: list[tuple[HubModel, Observation]]) -> list[SyncResult]:
+    """Record `batch` in one transaction. If that fails, each repo on its own, so that one the
+    batch cannot record (a bug, a model untracked since: skipped) costs no other its sync; the
+    first such error is raised once the others are recorded."""
+    if not batch:
+        return []
+    try:
+        return record_many([(model.pk, observation) for model, observation in batch])
+    except HubModel.DoesNotExist:
+        pass  # untracked while its repo was read: the others are recorded without it
+    except Exception:
+        if len(batch) == 1:
+            raise
+        logger.warning("could not record %d syncs together; one at a time", len(batch))
+    results: list[SyncResult] = []
+    error: Exception | None = None
+    for model, observation in batch:
+        try:
+            results.append(record(model.pk, observation))
+        except HubModel.DoesNotExist:
+            logger.info("%s is no longer tracked: its sync is not recorded", model.repo_id)
+        except Exception as exc:
+            logger.exception("could not record the sync of %s", model.repo_id)
+            error = error or exc
+    if error is not None:
+        raise error
     return results
 
 

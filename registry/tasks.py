@@ -121,9 +121,17 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
             logger.warning("could not release %s; it expires by itself", key)
 
 
+@shared_task(name="workers.handle_template_changes", acks_late=True)
+def handle_template_changes(change_ids: list[int]) -> int:
+    """Act on the template changes a sync (or a batch of first syncs) found, right after it;
+    each is claimed, so it runs once. Returns how many this call claimed."""
+    return pipeline.claim_template_changes(ids=change_ids, limit=len(change_ids))
+
+
 @shared_task(name="workers.handle_template_change", acks_late=True)
 def handle_template_change(change_id: int) -> bool:
-    """Act on one template change right after the sync that found it (claimed: runs once)."""
+    """One template change: what syncs sent before `handle_template_changes` (a message may
+    still wait in a queue after an upgrade)."""
     return pipeline.claim_template_change(change_id)
 
 

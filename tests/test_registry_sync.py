@@ -156,8 +156,8 @@ def test_upstream_change_between_two_syncs_is_one_event_at_its_commit(
     sync("org/model")
     received: list[int] = []
 
-    def receiver(sender: Any, change_id: int, **kwargs: Any) -> None:
-        received.append(change_id)
+    def receiver(sender: Any, change_ids: list[int], **kwargs: Any) -> None:
+        received.extend(change_ids)
 
     template_changed.connect(receiver)
     try:

@@ -72,12 +72,16 @@ def test_each_thread_keeps_one_connection_for_all_its_syncs_and_closes_it(
     def note(sender: Any, connection: Any, **kwargs: Any) -> None:
         opened.append(connection)
 
+    # First syncs: the threads read the Hub, the calling thread records (open already).
+    assert [r.outcome for r in sync_concurrently(models, concurrency=2)] == ["updated"] * 8
+    synced = list(HubModel.objects.filter(pk__in=[m.pk for m in models]).order_by("pk"))
     connection_created.connect(note)
     try:
-        results = sync_concurrently(models, concurrency=2)
+        # Unchanged: each thread writes the sync time itself.
+        results = sync_concurrently(synced, concurrency=2)
     finally:
         connection_created.disconnect(note)
-    assert [r.outcome for r in results] == ["updated"] * 8
+    assert [r.outcome for r in results] == ["unchanged"] * 8
     # One connection a thread (closed after each sync, it was one a sync), none left open.
     assert 1 <= len(opened) <= 2
     assert all(c.connection is None for c in opened)
