@@ -1,7 +1,8 @@
 """Sync tracked repos with the Hub: observe over the network, then record in one transaction.
 
 Observing reads nothing from the database it will write and writes nothing; recording is one
-transaction per repo, so a sync interrupted anywhere leaves either all of its rows or none.
+transaction for a repo, or for a batch of repos read together, so a sync interrupted anywhere
+leaves either all of its rows or none.
 """
 
 from __future__ import annotations
