@@ -702,8 +702,10 @@ def record_many(observed: list[tuple[int, Observation]]) -> list[SyncResult]:
     templates, snapshots and changes read and written set-wise, the models saved in one update,
     their drift refreshed together, one announcement. Repo by repo, the statements, the
     commits and the messages were most of a first sync's time (docs/registry.md)."""
+    pks = [pk for pk, _ in observed]
+    if len(set(pks)) < len(pks):  # a model read twice: each observation after the one before
+        return [record_many([item])[0] for item in observed]
     with transaction.atomic():
-        pks = [pk for pk, _ in observed]
         locked = {
             model.pk: model
             for model in HubModel.objects.select_for_update().filter(pk__in=pks).order_by("pk")

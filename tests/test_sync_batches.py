@@ -163,3 +163,14 @@ def test_a_repo_untracked_while_the_batch_read_it_costs_the_others_nothing(
     }  # fmt: skip
     with pytest.raises(HubModel.DoesNotExist):
         record_many(observed)  # together, it is all or nothing: the batch names the model
+
+
+def test_a_model_read_twice_in_a_batch_is_recorded_once_then_found_unchanged(
+    fake_hub: FakeHub, syncer: RegistrySync
+) -> None:
+    upload(fake_hub, "org/twice", {"tokenizer_config.json": tc(CHATML)})
+    [(pk, found)] = observe(syncer, ["org/twice"])
+    first, second = record_many([(pk, found), (pk, found)])
+    assert (first.outcome, first.changes) == ("updated", 1)
+    assert TemplateChange.objects.filter(model_id=pk).count() == 1
+    assert second.changes == 0
