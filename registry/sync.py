@@ -546,7 +546,9 @@ def _snapshots(
     (select_for_update), so a read then a create cannot race: no savepoint, no conflict."""
     if not states:
         return {}
-    _load_versions((text for _, state in states for text in _texts(state.found)), versions)  # type: ignore[arg-type]
+    _load_versions(
+        (text for _, s in states if s.found is not None for text in _texts(s.found)), versions
+    )
     keys = {(model.pk, state.commit.sha) for model, state in states}
     stored = TemplateSnapshot.objects.select_related("default_template").filter(
         model_id__in={pk for pk, _ in keys}, commit_sha__in={sha for _, sha in keys}
@@ -698,10 +700,10 @@ def record_many(observed: list[tuple[int, Observation]]) -> list[SyncResult]:
     their results in the order given. Raises HubModel.DoesNotExist when a model is no longer
     tracked.
 
-    A batch takes about the statements of one repo: the models' rows locked together, their
-    templates, snapshots and changes read and written set-wise, the models saved in one update,
-    their drift refreshed together, one announcement. Repo by repo, the statements, the
-    commits and the messages were most of a first sync's time (docs/registry.md)."""
+    A batch takes about the statements of one repo and an update a model: the models' rows
+    locked together, their templates, snapshots and changes read and written set-wise, their
+    drift refreshed together, one announcement. Repo by repo, the statements, the commits and
+    the messages were most of a first sync's time (docs/registry.md)."""
     pks = [pk for pk, _ in observed]
     if len(set(pks)) < len(pks):  # a model read twice: each observation after the one before
         return [record_many([item])[0] for item in observed]
