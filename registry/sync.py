@@ -943,8 +943,11 @@ def record_failure(model_pk: int, message: str) -> None:
     )
 
 
-#: Observations recorded in one transaction by `sync_concurrently` (`record_many`).
+#: Observations recorded in one transaction by `sync_concurrently` (`record_many`)...
 RECORD_BATCH = 25
+#: ... or fewer, once the oldest has waited this long: when the Hub is slow or its quota paces
+#: us (one request every 0.6 s anonymous), a repo's verdict does not wait for 24 others.
+RECORD_WAIT_SECONDS = 2.0
 
 
 def sync_concurrently(
@@ -960,8 +963,9 @@ def sync_concurrently(
     """Sync `models`, `concurrency` at a time, in order of the iterable.
 
     The Hub is read `concurrency` at a time; what was read is recorded in the calling thread,
-    `RECORD_BATCH` repos a transaction (`record_many`), and the outcomes that record no
-    templates (unchanged, gone) at once. Each thread has its own client (or shares `client`),
+    `RECORD_BATCH` repos a transaction (`record_many`, or fewer once the oldest has waited
+    `RECORD_WAIT_SECONDS`), and the outcomes that record no templates (unchanged, gone) at
+    once. Each thread has its own client (or shares `client`),
     and every client takes its tokens from the credential's shared bucket, so the Hub's rate
     limit holds at any concurrency. No sync starts past `deadline` (of `clock`) or once the
     Hub rate-limited us (the rest wait for the next run); what was read by then is recorded.
@@ -998,6 +1002,7 @@ def sync_concurrently(
     # Each result at the place of its model in `models` (a recorded one comes after the next).
     placed: list[tuple[int, SyncResult]] = []
     waiting: list[tuple[int, HubModel, Observation]] = []
+    first_waiting = [0.0]  # when the oldest of `waiting` was read
 
     def done(place: int, result: SyncResult) -> None:
         placed.append((place, result))
@@ -1015,9 +1020,14 @@ def sync_concurrently(
     def take(place: int, model: HubModel, found: Observation | SyncResult) -> None:
         if isinstance(found, SyncResult):
             done(place, found)
-            return
-        waiting.append((place, model, found))
-        if len(waiting) >= RECORD_BATCH:
+        else:
+            if not waiting:
+                first_waiting[0] = time.monotonic()
+            waiting.append((place, model, found))
+        if waiting and (
+            len(waiting) >= RECORD_BATCH
+            or time.monotonic() - first_waiting[0] >= RECORD_WAIT_SECONDS
+        ):
             record_waiting()
 
     def in_order() -> list[SyncResult]:

@@ -10,9 +10,17 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from registry import sync as sync_module
 from registry.hub import HubClient
 from registry.models import HubModel, OutboxMessage, TemplateChange
-from registry.sync import Observation, RegistrySync, record, record_batch, record_many
+from registry.sync import (
+    Observation,
+    RegistrySync,
+    record,
+    record_batch,
+    record_many,
+    sync_concurrently,
+)
 from tests.fakehub import FakeHub
 from tests.fakehub.fixtures import Sleeps, fake_hub, hub_settings, sleeps
 from tests.test_gguf_sync import gguf
@@ -174,3 +182,34 @@ def test_a_model_read_twice_in_a_batch_is_recorded_once_then_found_unchanged(
     assert (first.outcome, first.changes) == ("updated", 1)
     assert TemplateChange.objects.filter(model_id=pk).count() == 1
     assert second.changes == 0
+
+
+def batches_recorded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every batch `sync_concurrently` records from now on."""
+    sizes: list[int] = []
+
+    def recording(observed: list[tuple[int, Observation]]) -> list[Any]:
+        sizes.append(len(observed))
+        return record_many_as_is(observed)
+
+    record_many_as_is = sync_module.record_many
+    monkeypatch.setattr(sync_module, "record_many", recording)
+    return sizes
+
+
+def test_a_fast_hub_fills_the_batch_and_a_slow_one_does_not_hold_verdicts_back(
+    fake_hub: FakeHub, hub_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(6):
+        upload(fake_hub, f"org/m{n}", {"tokenizer_config.json": tc(CHATML)})
+    models = [HubModel.objects.track(f"org/m{n}", via="track")[0] for n in range(6)]
+    sizes = batches_recorded(monkeypatch)
+    assert [r.outcome for r in sync_concurrently(models[:3])] == ["updated"] * 3
+    assert sizes == [3]  # read at once: one transaction
+    # The Hub answers slowly (or its quota paces us): a repo read is recorded once it has
+    # waited RECORD_WAIT_SECONDS, with what was read meanwhile, not at the batch's end.
+    monkeypatch.setattr(sync_module, "RECORD_WAIT_SECONDS", 0.15)
+    fake_hub.state.latency = 0.1  # two requests a repo: each repo takes 0.2 s or more
+    sizes.clear()
+    assert [r.outcome for r in sync_concurrently(models[3:])] == ["updated"] * 3
+    assert sizes == [2, 1]
