@@ -11,7 +11,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from registry import sync as sync_module
-from registry.hub import HubClient
 from registry.models import HubModel, OutboxMessage, TemplateChange
 from registry.sync import (
     Observation,
@@ -22,19 +21,14 @@ from registry.sync import (
     sync_concurrently,
 )
 from tests.fakehub import FakeHub
-from tests.fakehub.fixtures import Sleeps, fake_hub, hub_settings, sleeps
+from tests.fakehub.fixtures import fake_hub, hub_settings, sleeps
 from tests.test_gguf_sync import gguf
-from tests.test_registry_sync import CHATML, TOOLS, tc, upload
+from tests.test_registry_sync import CHATML, TOOLS, syncer, tc, upload
 
 pytestmark = pytest.mark.django_db
-__all__ = ["fake_hub", "hub_settings", "sleeps"]
+__all__ = ["fake_hub", "hub_settings", "sleeps", "syncer"]
 
 EDITED = CHATML + "{#- edited by the converter -#}"
-
-
-@pytest.fixture
-def syncer(hub_settings: Any, sleeps: Sleeps) -> RegistrySync:
-    return RegistrySync(HubClient(sleep=sleeps, clock=sleeps.clock, timeout=2))
 
 
 def a_family(hub: FakeHub, org: str) -> list[str]:
