@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
@@ -26,6 +27,7 @@ from registry.models import (
     Tools,
     Verdict,
 )
+from registry.models.check_runs import thinking_badges
 
 PAGE_SIZE = 50
 
@@ -64,7 +66,7 @@ DRIFT_CHOICES = {
     Drift.SAME: "Same template as the base",
 }
 # The catalog needs only these columns; the rest of HubModel stays in the database.
-LIST_FIELDS = (
+MODEL_COLUMNS = (
     "repo_id",
     "author",
     "family",
@@ -80,13 +82,61 @@ LIST_FIELDS = (
     "last_template_change_at",
     "last_synced_at",
     "sync_error",
-    "catalog_verdict__thinking",
-    "catalog_verdict__thinking_off",
-    "catalog_verdict__thinking_on",
-    "catalog_verdict__tools",
-    "catalog_verdict__probe",
-    "catalog_verdict__reuse",
 )
+#: Its catalog row's (`CatalogVerdict`, joined: all None while a model has none yet).
+VERDICT_COLUMNS = ("thinking", "thinking_off", "thinking_on", "tools", "probe", "reuse")
+LIST_FIELDS = MODEL_COLUMNS + tuple(f"catalog_verdict__{c}" for c in VERDICT_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class RowVerdicts:
+    """A catalog row's per-variant verdicts (`CatalogVerdict`'s columns the catalog shows)."""
+
+    thinking: str
+    thinking_off: str
+    thinking_on: str
+    tools: str
+    probe: str
+    reuse: float | None
+
+    @property
+    def thinking_badges(self) -> list[tuple[str, str]]:
+        return thinking_badges(self.thinking, self.thinking_off, self.thinking_on)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogRow:
+    """One model as the catalog lists it: plain values, read as tuples. Building a `HubModel`
+    and its `CatalogVerdict` for each of 50 rows cost 1 ms of a search's 5 (at 100,000 models,
+    docs/dashboard.md), as much as PostgreSQL took to find and send them."""
+
+    repo_id: str
+    author: str
+    family: str
+    downloads: int
+    verdict: str
+    verdict_summary: str
+    is_hybrid: bool
+    is_demo: bool
+    format: str
+    drift: str
+    base_model: str
+    status: str
+    last_template_change_at: datetime | None
+    last_synced_at: datetime | None
+    sync_error: str
+    verdicts: RowVerdicts | None
+    #: The verdict for the reader's setup, when one is chosen (`CatalogQuery.setup_active`).
+    setup_verdict: str | None
+
+    @classmethod
+    def of(cls, values: tuple[Any, ...]) -> CatalogRow:
+        """From the values of `CatalogQuery.columns`."""
+        n, end = len(MODEL_COLUMNS), len(LIST_FIELDS)
+        verdicts = values[n:end]
+        row_verdicts = RowVerdicts(*verdicts) if verdicts[0] is not None else None
+        setup_verdict = values[end] if len(values) > end else None
+        return cls(*(*values[:n], row_verdicts, setup_verdict))
 
 
 def _choice(value: str | None, allowed: object) -> str:
@@ -205,6 +255,11 @@ class CatalogQuery:
         )
 
     @property
+    def columns(self) -> tuple[str, ...]:
+        """What a `CatalogRow` is read from: `LIST_FIELDS`, and the setup's verdict last."""
+        return (*LIST_FIELDS, "setup_verdict") if self.setup_active else LIST_FIELDS
+
+    @property
     def params(self) -> dict[str, str]:
         """The non-default parts, in a fixed order: what a shareable link carries."""
         defaults = CatalogQuery()
@@ -241,25 +296,55 @@ def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubMode
     )
 
 
-#: A catalog page counts matches up to this many; past it, it says "1,000+" (and pages through
-#: the first thousand, 20 pages of 50: a search that broad is refined, not paged through).
-#: Counting every match of a broad term ("chat" matches 49,000 of 100,000 models) cost more
-#: than the rest of the page; counting to 10,000 still cost 5 to 7 ms there, to 1,000 1 to 3.
-COUNT_CAP = 1_000
+#: A catalog page counts matches up to this many; past it, it says "200+" and pages on while a
+#: page is full (`MAX_PAGES` at most): a search that broad is refined, not paged through. The
+#: count is what a broad term costs (it reads about `COUNT_CAP` / the term's share of the
+#: catalog rows, each tested with `LIKE`): at 100,000 models, counting "mistral" (one model in
+#: nine) to 1,001 took 3.7 ms, to 201 0.8 (docs/dashboard.md, "Search at 100,000 models").
+COUNT_CAP = 200
+#: How deep a capped search pages (1,000 rows): each page past the first walks the rows before
+#: it, so the pager stops where a search should be refined.
+MAX_PAGES = 20
+
+
+class CatalogPage(Page):  # type: ignore[type-arg]
+    """A page that knows whether another follows without a count (`more`: read one row past
+    it), for searches counted only up to the cap."""
+
+    def __init__(
+        self, object_list: Any, number: int, paginator: CappedPaginator, more: bool
+    ) -> None:
+        super().__init__(object_list, number, paginator)
+        self.more = more
+
+    def has_next(self) -> bool:
+        return self.more
 
 
 class CappedPaginator(Paginator):  # type: ignore[type-arg]
-    """Counts at most `COUNT_CAP` + 1 rows (`SELECT COUNT(*) FROM (… LIMIT n)`), so a broad
-    search costs the same at 10,000 models as at 100,000; `capped` says the count is a floor.
+    """The catalog's pages of `CatalogRow`s (`CatalogQuery.models()` read as `columns`).
+
+    Counts at most `COUNT_CAP` + 1 rows (`SELECT COUNT(*) FROM (… LIMIT n)`), so a broad search
+    costs the same at 10,000 models as at 100,000; `capped` says the count is a floor, and then
+    a page reads one row more than it shows to know whether another follows.
 
     The count drops the listing's order and columns: sorted by downloads, PostgreSQL walked the
     downloads index through every match up to the cap (13 to 19 ms for broad terms at 100,000
     models, against 4 to 7 ms for the same count unordered)."""
 
+    def __init__(self, models: QuerySet[HubModel], per_page: int, columns: tuple[str, ...]):
+        super().__init__(models, per_page)
+        self.columns = columns
+
     @cached_property
     def count(self) -> int:
         rows: Any = self.object_list  # a QuerySet: sliced, it counts in a subquery
         return int(rows.order_by().values("pk")[: COUNT_CAP + 1].count())
+
+    @cached_property
+    def num_pages(self) -> int:
+        """The pages there are, or when capped the most the pager offers."""
+        return MAX_PAGES if self.capped else super().num_pages
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]
         """The rows of page `number`. Under the cap they are read through the search's index
@@ -268,11 +353,18 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         (70 ms, against 0.4). Over the cap, that walk is the fast plan (50 matches early)."""
         number = self.validate_number(number)
         rows: Any = self.object_list
-        if not self.capped:
-            rows = rows.filter(pk__in=rows.order_by().values("pk")[: COUNT_CAP + 1])
         bottom = (number - 1) * self.per_page
-        top = min(bottom + self.per_page, self.count)  # no matches, no second query
-        return Page(rows[bottom:top], number, self)
+        if self.capped:
+            rows = rows.values_list(*self.columns)[bottom : bottom + self.per_page + 1]
+            shown = [CatalogRow.of(values) for values in rows]
+            more = len(shown) > self.per_page and number < MAX_PAGES
+            return CatalogPage(shown[: self.per_page], number, self, more)
+        if not self.count:
+            return Page([], number, self)  # nothing to read, nor a query to build
+        rows = rows.filter(pk__in=rows.order_by().values("pk")[: COUNT_CAP + 1])
+        rows = rows.values_list(*self.columns)[bottom : bottom + self.per_page]
+        shown = [CatalogRow.of(values) for values in rows]
+        return Page(shown, number, self)
 
     @property
     def capped(self) -> bool:

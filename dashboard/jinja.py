@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
 from jinja2 import Environment
@@ -20,7 +19,7 @@ from dashboard.templatetags.dashboard import (
     thousands,
     verdict_label,
 )
-from registry.models import CatalogVerdict, HubModel, ModelFormat, ModelStatus, ProbeStatus
+from registry.models import ModelFormat, ModelStatus, ProbeStatus
 
 
 def _labels(choices: list[tuple[str, str]]) -> dict[str, str]:
@@ -36,21 +35,11 @@ LABELS = {
 }
 
 
-def catalog_verdict(model: HubModel) -> CatalogVerdict | None:
-    """The model's catalog row, or None when it has none yet (the Django template language
-    swallows that error; Jinja2 would not)."""
-    try:
-        return model.catalog_verdict
-    except ObjectDoesNotExist:
-        return None
-
-
 def environment(**options: Any) -> Environment:
     env = Environment(**options)
     env.globals.update(
         url=lambda name, *args: reverse(name, args=args),
         model_url=model_url,
-        catalog_verdict=catalog_verdict,
         labels=LABELS,
     )
     env.filters.update(

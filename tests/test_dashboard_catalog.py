@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from dashboard import catalog as catalog_module
+from dashboard import views as views_module
 from dashboard.templatetags.dashboard import model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
@@ -213,6 +215,40 @@ def test_pagination_keeps_the_filters_in_its_links(client: Client) -> None:
     assert 'href="?q=bulk&amp;sort=name&amp;page=2"' in first
     third = client.get("/", {"q": "bulk", "sort": "name", "page": "3"}).content.decode()
     assert rows(third)[-1] == "bulk/m119" and len(rows(third)) == 20
+
+
+def test_past_the_count_cap_pages_follow_while_they_are_full(
+    client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search broader than the count's cap says "N+" and pages on by reading one row past
+    each page (no count of every match), up to MAX_PAGES; past its matches a page says so."""
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    monkeypatch.setattr(catalog_module, "MAX_PAGES", 4)
+    monkeypatch.setattr(views_module, "PAGE_SIZE", 5)
+    HubModel.objects.bulk_create(
+        HubModel(repo_id=f"bulk/m{i:03d}", author="bulk", status=ModelStatus.OK, downloads=i)
+        for i in range(17)
+    )
+
+    def page(number: int) -> str:
+        return client.get("/", {"q": "bulk", "sort": "name", "page": str(number)}).content.decode()
+
+    first = page(1)
+    assert "10+ models matching" in first and "Page 1</span>" in first
+    assert rows(first) == [f"bulk/m{i:03d}" for i in range(5)]
+    assert 'rel="next" href="?q=bulk&amp;sort=name&amp;page=2"' in first
+    monkeypatch.setattr(catalog_module, "MAX_PAGES", 3)
+    third = page(3)  # full, and more follow, but the pager stops here
+    assert rows(third) == [f"bulk/m{i:03d}" for i in range(10, 15)]
+    assert 'rel="next"' not in third and 'rel="prev"' in third
+    monkeypatch.setattr(catalog_module, "MAX_PAGES", 20)
+    assert 'rel="next" href="?q=bulk&amp;sort=name&amp;page=4"' in page(3)
+    fourth = page(4)
+    assert rows(fourth) == ["bulk/m015", "bulk/m016"] and 'rel="next"' not in fourth
+    fifth = page(5)
+    assert rows(fifth) == [] and "No more models on page 5" in fifth
+    assert "No model matches" not in fifth
 
 
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:

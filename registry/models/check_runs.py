@@ -110,7 +110,11 @@ class CatalogVerdict(models.Model):
 
     @property
     def thinking_badges(self) -> list[tuple[str, str]]:
-        """(label, verdict) per thinking setting, only when the settings disagree."""
-        if self.thinking != Thinking.DIFFERS:
-            return []
-        return [("thinking off", self.thinking_off), ("thinking on", self.thinking_on)]
+        return thinking_badges(self.thinking, self.thinking_off, self.thinking_on)
+
+
+def thinking_badges(thinking: str, off: str, on: str) -> list[tuple[str, str]]:
+    """(label, verdict) per thinking setting, only when the settings disagree."""
+    if thinking != Thinking.DIFFERS:
+        return []
+    return [("thinking off", off), ("thinking on", on)]
