@@ -5,11 +5,14 @@ copies."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.urls import reverse
 from django.utils import timezone
 from jinja2 import Environment
+from markupsafe import Markup
 
 from dashboard.templatetags.dashboard import (
     catalog_url,
@@ -35,9 +38,48 @@ LABELS = {
 }
 
 
+#: The menu states kept: each menu's choices plus "any", for the ten menus (about 60).
+MENU_STATES = 256
+
+
+def form_menus(env: Environment) -> Callable[..., Markup]:
+    """`menu(name, label, choices, empty="Any", skip=None, selected="")`: a menu of the
+    catalog's form (dashboard/catalog_menu.html), rendered once per process and state. The
+    ten menus cost 0.3 of the 1.7 ms a search page with no result took (in one process, at
+    100,000 models); their markup depends on nothing but these arguments. When templates
+    reload (DEBUG), nothing is kept."""
+
+    def render(*args: Any) -> Markup:
+        macro = env.get_template("dashboard/catalog_menu.html").module.menu  # type: ignore[attr-defined]
+        return Markup(macro(*args))
+
+    kept = functools.lru_cache(maxsize=MENU_STATES)(render)
+
+    def menu(
+        name: str,
+        label: str,
+        choices: Iterable[tuple[str, str]],
+        empty: str | None = "Any",
+        skip: str | None = None,
+        selected: str = "",
+    ) -> Markup:
+        args = (
+            name,
+            label,
+            tuple((value, str(text)) for value, text in choices),
+            empty,
+            skip,
+            selected,
+        )
+        return render(*args) if env.auto_reload else kept(*args)
+
+    return menu
+
+
 def environment(**options: Any) -> Environment:
     env = Environment(**options)
     env.globals.update(
+        menu=form_menus(env),
         url=lambda name, *args: reverse(name, args=args),
         model_url=model_url,
         labels=LABELS,

@@ -5,16 +5,20 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.template import engines
 from django.test import Client
 from django.urls import reverse, set_script_prefix
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jinja2 import Environment
+from markupsafe import Markup
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
+from dashboard.jinja import form_menus
 from dashboard.templatetags.dashboard import model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
@@ -249,6 +253,29 @@ def test_past_the_count_cap_pages_follow_while_they_are_full(
     fifth = page(5)
     assert rows(fifth) == [] and "No more models on page 5" in fifth
     assert "No model matches" not in fifth
+
+
+def test_the_form_menus_are_rendered_once_per_state() -> None:
+    """The catalog form's menus (dashboard/jinja.py `menu`): the macro's markup, kept per
+    menu and selection, so a search page does not render them again; kept nothing while
+    templates reload."""
+    env = engines["jinja2"].env  # type: ignore[attr-defined]
+    macro = env.get_template("dashboard/catalog_menu.html").module.menu
+    choices = [("safe", "Cache-safe"), ("unsafe", "Breaks the cache")]
+    menu = env.globals["menu"]
+    plain = menu("verdict", "Verdict", choices)
+    assert plain == Markup(macro("verdict", "Verdict", tuple(choices), "Any", None, ""))
+    assert " selected" not in plain and '<option value="">Any</option>' in plain
+    chosen = menu("verdict", "Verdict", iter(choices), selected="unsafe")
+    assert '<option value="unsafe" selected>Breaks the cache</option>' in chosen
+    assert menu("verdict", "Verdict", choices, selected="unsafe") is chosen  # kept
+    skipped = menu("engine", "Engine", [("trimmable", "T"), ("block", "B")], "Default", "trimmable")
+    assert "trimmable" not in skipped and '<option value="">Default</option>' in skipped
+    reloading = Environment(auto_reload=True)
+    reloading.loader, reloading.autoescape = env.loader, True
+    fresh = form_menus(reloading)
+    assert fresh("verdict", "Verdict", choices) == plain
+    assert fresh("verdict", "Verdict", choices) is not fresh("verdict", "Verdict", choices)
 
 
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:
