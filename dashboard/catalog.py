@@ -355,16 +355,16 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         rows: Any = self.object_list
         bottom = (number - 1) * self.per_page
         if self.capped:
-            rows = rows.values_list(*self.columns)[bottom : bottom + self.per_page + 1]
-            shown = [CatalogRow.of(values) for values in rows]
+            shown = self._rows(rows, bottom, bottom + self.per_page + 1)
             more = len(shown) > self.per_page and number < MAX_PAGES
             return CatalogPage(shown[: self.per_page], number, self, more)
         if not self.count:
             return Page([], number, self)  # nothing to read, nor a query to build
         rows = rows.filter(pk__in=rows.order_by().values("pk")[: COUNT_CAP + 1])
-        rows = rows.values_list(*self.columns)[bottom : bottom + self.per_page]
-        shown = [CatalogRow.of(values) for values in rows]
-        return Page(shown, number, self)
+        return Page(self._rows(rows, bottom, bottom + self.per_page), number, self)
+
+    def _rows(self, models: Any, bottom: int, top: int) -> list[CatalogRow]:
+        return [CatalogRow.of(values) for values in models.values_list(*self.columns)[bottom:top]]
 
     @property
     def capped(self) -> bool:
