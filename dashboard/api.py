@@ -38,7 +38,7 @@ from . import api_schemas as s
 from . import diagnosis
 from .api_errors import ApiError, JsonParser, json_body, json_errors, response_for
 from .catalog import PAGE_SIZE, CatalogQuery, models_using
-from .page_cache import cached_page
+from .page_cache import cached_page, shows
 from .probes import ProbeQueue, latest_probe
 from .stored_reports import failing_pairs, rebuild
 
@@ -304,6 +304,7 @@ def probe_queue_payload(request: HttpRequest) -> dict[str, Any]:
 
 def model_list_payload(request: HttpRequest, query: CatalogQuery) -> dict[str, Any]:
     page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
+    shows(request, (model.repo_id for model in page), reads_verdicts=query.reads_verdicts)
     base = reverse("dashboard:api_models")
 
     def link(number: int) -> str:

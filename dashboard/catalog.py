@@ -285,6 +285,19 @@ class CatalogQuery:
     def active(self) -> bool:
         return any(k != "page" and k != "sort" for k in self.params)
 
+    @property
+    def reads_verdicts(self) -> bool:
+        """Whether its filters or order read verdicts: then a new verdict for any model can
+        change which models it lists (the page cache's `verdicts` scope)."""
+        return bool(
+            self.verdict
+            or self.thinking
+            or self.tools
+            or self.probe
+            or self.setup_active
+            or self.sort == "reuse"
+        )
+
 
 def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubModel]:
     """Models that have had this version as their default template, most downloaded first."""

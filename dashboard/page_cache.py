@@ -7,9 +7,16 @@ what it shows, so a write starts a new generation of those only:
   changes in a way a page shows, and when its snapshots, changes, checks or probes do;
 - `template:<sha256>`: a template version's pages (source, pairs, diffs, API); bumped when a check
   of it is saved, and when a model that uses it changes;
-- `listings`: pages that list models (catalog, search, the API's list); bumped with any model's
-  shown fields;
+- `listings`: pages that list models (catalog, search, the API's list); bumped when a model is
+  added, or its shown fields change in a way that can move it in or out of a listing (its
+  name, tags, format, status, drift, a template change);
+- `verdicts`: the listings whose filters or order read verdicts (`?verdict=safe`, a reader's
+  setup, `sort=reuse`); bumped with any model's verdicts, which can move an unlisted model in;
 - `all`: every page; bumped only by a delete, whose reach is not worth tracing.
+
+A listing also keeps the models it shows (`shows`): it is rebuilt when one of them changes,
+verdict included, and stays a hit when a model it does not show gets a new verdict. A listing
+that does not say what it shows depends on `verdicts` too.
 
 A save that changes nothing a page shows (an unchanged sync writes only `last_synced_at`)
 bumps nothing. A page whose generation moved on is rebuilt by the first request that sees it;
@@ -27,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
@@ -50,7 +57,7 @@ from registry.verdicts import models_using
 logger = logging.getLogger(__name__)
 GENERATION_PREFIX = "dashboard:generation:"
 DEFAULT_SECONDS = 60
-ALL, LISTINGS = "all", "listings"
+ALL, LISTINGS, VERDICTS = "all", "listings", "verdicts"
 View = TypeVar("View", bound=Callable[..., HttpResponse])
 
 #: HubModel fields whose change alone starts no generation: not shown, or counters that move
@@ -59,6 +66,10 @@ View = TypeVar("View", bound=Callable[..., HttpResponse])
 QUIET_FIELDS = frozenset(
     {"last_synced_at", "template_files", "history_complete", "history_from", "downloads", "likes"}
 )
+#: HubModel fields that a new verdict writes (`registry.verdicts`): they change what the model's
+#: pages and the listings showing it say, and which models a verdict filter lists, but not
+#: which models a search or any other filter lists.
+VERDICT_FIELDS = frozenset({"verdict", "verdict_summary", "verdict_updated_at"})
 
 
 def seconds() -> int:
@@ -197,14 +208,17 @@ def _scopes_of_models(models: dict[int, bool]) -> list[str]:
 
 
 def _on_model_saved(instance: HubModel, update_fields: Any = None, **_: Any) -> None:
-    if update_fields is not None and set(update_fields) <= QUIET_FIELDS:
+    fields = None if update_fields is None else set(update_fields)
+    if fields is not None and fields <= QUIET_FIELDS:
         return  # nothing a page shows
-    bump_on_commit([LISTINGS], [instance.pk], templates=True)
+    verdicts_only = fields is not None and fields <= QUIET_FIELDS | VERDICT_FIELDS
+    bump_on_commit([VERDICTS if verdicts_only else LISTINGS], [instance.pk], templates=True)
 
 
 def _on_catalog_changed(
     model_ids: Iterable[int] | None = (),
     shown: Mapping[int, tuple[str, Sequence[str]]] | None = None,
+    verdicts: bool = False,
     **_: Any,
 ) -> None:
     if model_ids is None:  # any model (the signal's contract): every page
@@ -214,7 +228,8 @@ def _on_catalog_changed(
         pk: [model_scope(repo_id), *map(template_scope, shas)]
         for pk, (repo_id, shas) in (shown or {}).items()
     }
-    bump_on_commit([LISTINGS], list(model_ids), templates=True, known=known)
+    listings = VERDICTS if verdicts else LISTINGS
+    bump_on_commit([listings], list(model_ids), templates=True, known=known)
 
 
 def _on_check_saved(instance: CheckRun, **_: Any) -> None:
@@ -269,10 +284,46 @@ def scopes_of(kwargs: dict[str, Any]) -> list[str]:
     return scopes
 
 
+#: Where a listing view leaves what it shows, for `cached_page` (`shows`).
+_SHOWN = "_page_cache_shows"
+
+
+def shows(request: HttpRequest, repo_ids: Iterable[str], *, reads_verdicts: bool) -> None:
+    """A listing view says what its page shows: the models of its rows, and whether its
+    filters or order read verdicts (then any model's new verdict may change what it lists).
+    Its cached copy is then rebuilt when one of those models changes, not when any does."""
+    scopes = [model_scope(repo_id) for repo_id in repo_ids]
+    setattr(request, _SHOWN, [*scopes, VERDICTS] if reads_verdicts else scopes)
+
+
+def _shown(request: HttpRequest, base: list[str]) -> list[str]:
+    """The scopes a page found while rendering: what a listing said it shows; a listing that
+    said nothing depends on every verdict; other pages' scopes are all in their URL."""
+    said = getattr(request, _SHOWN, None)
+    if said is not None:
+        return list(said)
+    return [VERDICTS] if LISTINGS in base else []
+
+
+class Kept(NamedTuple):
+    """A page in the cache: its generations when it was rendered (those of its URL's scopes,
+    and of the scopes it found while rendering), and the response."""
+
+    generations: list[str]
+    content: bytes
+    content_type: str
+    cache_control: str
+    #: Scopes known only once the page was rendered (a listing's models, `shows`).
+    shown: list[str]
+    #: When the render began, for each of `shown` (time.time_ns, as a bump stamps).
+    shown_since: str
+
+
 def _key(request: HttpRequest) -> str:
     htmx = request.headers.get("HX-Request", "") + "|" + request.headers.get("HX-Target", "")
     raw = f"{htmx}|{request.get_full_path()}"
-    return "dashboard:page:" + hashlib.sha256(raw.encode()).hexdigest()
+    # v2: `Kept`, which a copy of the first layout (a plain tuple) is not.
+    return "dashboard:page:v2:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
 #: While one process renders a page whose generation moved on, others serve the copy they have
@@ -289,11 +340,21 @@ def _up_to_date(stored: list[str], current: list[str]) -> bool:
     )
 
 
-def _respond(kept: tuple[Any, bytes, str, str], state: str) -> HttpResponse:
-    _generations, content, content_type, cache_control = kept
-    response = HttpResponse(content, content_type=content_type)
-    if cache_control:
-        response["Cache-Control"] = cache_control
+def _fresh(kept: Kept, current: list[str]) -> bool:
+    """Whether `kept` shows at least the `current` generations of its URL's scopes, and of
+    what it found while rendering: no scope of those moved on since its render began."""
+    if not _up_to_date(kept.generations, current):
+        return False
+    if not kept.shown:
+        return True
+    since = int(kept.shown_since)
+    return all(int(now) <= since for now in generations(kept.shown))
+
+
+def _respond(kept: Kept, state: str) -> HttpResponse:
+    response = HttpResponse(kept.content, content_type=kept.content_type)
+    if kept.cache_control:
+        response["Cache-Control"] = kept.cache_control
     response["X-Cache"] = state
     return response
 
@@ -316,7 +377,7 @@ def cached_page(view: View) -> View:
             key = _key(request)
             current = generations(scopes_of(kwargs))
             kept = cache.get(key)
-            if kept is not None and _up_to_date(kept[0], current):
+            if kept is not None and _fresh(kept, current):
                 return _respond(kept, "hit")
             # Out of date (or absent): one process renders it; the others keep serving the old
             # copy until it lands, instead of all rendering the same page at once.
@@ -325,11 +386,21 @@ def cached_page(view: View) -> View:
         except Exception:  # noqa: BLE001 - any backend error (Redis down, table missing)
             logger.warning("page cache unavailable; rendering %s", request.path, exc_info=True)
             return view(request, *args, **kwargs)
+        # Before the render: a write that lands while it reads the rows is stamped later.
+        since = str(time.time_ns())
         response = view(request, *args, **kwargs)
         cache_control = response.get("Cache-Control", "")
         try:
             if response.status_code == 200 and "no-store" not in cache_control:
-                entry = (current, response.content, response["Content-Type"], cache_control)
+                shown = _shown(request, scopes_of(kwargs))
+                entry = Kept(
+                    current,
+                    response.content,
+                    response["Content-Type"],
+                    cache_control,
+                    shown,
+                    since,
+                )
                 cache.set(key, entry, timeout)
                 response["X-Cache"] = "miss"
             cache.delete(f"{key}:rebuild")

@@ -52,7 +52,7 @@ from .catalog import (
 )
 from .discovery import discovery_context
 from .htmx import HtmxHttpRequest
-from .page_cache import cached_page
+from .page_cache import cached_page, shows
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe
 from .report_view import ReportView, model_sentence, model_setup_verdict
@@ -65,6 +65,7 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
     query = CatalogQuery.from_params(request.GET)
     page = CappedPaginator(query.models(), PAGE_SIZE, query.columns).get_page(query.page)
+    shows(request, (row.repo_id for row in page), reads_verdicts=query.reads_verdicts)
     context = {
         "page": page,
         "query": query,

@@ -14,10 +14,12 @@ expires caches does so after commit (`registry.jobs.enqueue_on_commit`, `transac
 - `check_requested(sender=CheckRun, run_id)`: a check run is pending and needs the engine.
 - `events_recorded(sender=ModelEvent)`: events were bulk-created (no post_save was sent).
 - `discovery_requested(sender=DiscoveryRun, run_id)`: a discovery run was asked for (button).
-- `catalog_changed(sender=HubModel, model_ids, shown=None)`: rows listing pages show changed
-  without a post_save (bulk updates); `model_ids` None means any model. `shown`, when the
-  sender has it at hand, maps some of those ids to what their pages show as of the commit:
-  the repo id and the SHA-256 of each current template (default and named).
+- `catalog_changed(sender=HubModel, model_ids, shown=None, verdicts=False)`: rows listing pages
+  show changed without a post_save (bulk updates); `model_ids` None means any model. `shown`,
+  when the sender has it at hand, maps some of those ids to what their pages show as of the
+  commit: the repo id and the SHA-256 of each current template (default and named).
+  `verdicts`: only their verdicts changed (the model row's and its catalog row's), not what a
+  search or a filter other than a verdict's would find.
 """
 
 from __future__ import annotations

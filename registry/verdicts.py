@@ -225,7 +225,9 @@ def refresh_verdicts(
     record_stale_fixes(pk for ids in groups.values() for pk in ids)
     if groups or rows_to_write:
         catalog_changed.send(
-            sender=HubModel, model_ids=sorted(pk for ids in catalog.values() for pk in ids)
+            sender=HubModel,
+            model_ids=sorted(pk for ids in catalog.values() for pk in ids),
+            verdicts=True,
         )
     return [event.model_id for event in events]
 
@@ -242,7 +244,7 @@ def record_unreadable(model_id: int, reason: str) -> None:
     if updated.update(
         verdict=Verdict.ERROR, verdict_summary=summary, verdict_updated_at=timezone.now()
     ):
-        catalog_changed.send(sender=HubModel, model_ids=[model_id])
+        catalog_changed.send(sender=HubModel, model_ids=[model_id], verdicts=True)
 
 
 def record_probe(run: ProbeRun) -> None:
@@ -259,7 +261,7 @@ def record_probe(run: ProbeRun) -> None:
         unique_fields=["model"],
         update_fields=["probe"],
     )
-    catalog_changed.send(sender=HubModel, model_ids=[run.model_id])
+    catalog_changed.send(sender=HubModel, model_ids=[run.model_id], verdicts=True)
 
 
 def check_in_process(

@@ -148,6 +148,89 @@ def test_a_new_verdict_invalidates_that_models_pages_and_the_listings_only(
 
 
 @pytest.mark.usefixtures("memory_cache")
+def test_a_new_verdict_leaves_the_listings_that_neither_show_it_nor_filter_by_verdict(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
+    """A listing is rebuilt for a new verdict when it shows that model, or when its filters or
+    order read verdicts (the model may move in or out); a search that does not show it stays
+    a hit, page and API alike."""
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog = build_catalog()
+    version = catalog.pending.current_snapshot.default_template  # type: ignore[union-attr]
+    term = catalog.safe.repo_id.split("/")[1]
+    elsewhere = (f"/?q={term}", f"/api/models?q={term}", f"/?q={term}&sort=name")
+    moved = ("/", "/?verdict=pending", "/?sort=reuse", "/?client=reasoning_content", "/api/models")
+    assert PENDING_REPO not in client.get(elsewhere[0]).content.decode()
+    hits(client, *elsewhere, *moved)
+    assert hits(client, *elsewhere, *moved) == ["hit"] * 8
+    with django_capture_on_commit_callbacks(execute=True):
+        record_check(version, check_in_process(version, TOKENS))  # the pending model's verdict
+    assert hits(client, *elsewhere) == ["hit"] * 3
+    assert hits(client, *moved) == ["miss"] * 5
+    assert PENDING_REPO not in client.get("/?verdict=pending").content.decode()
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_listing_is_rebuilt_when_a_model_it_shows_changes_in_any_way(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
+    """A probe result changes only its model's scope: the listings showing that model move on
+    with it (before, only a write to the listings did)."""
+    from dashboard import page_cache
+
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog = build_catalog()
+    term = catalog.safe.repo_id.split("/")[1]
+    shows_it, other = f"/?q={term}", f"/?q={catalog.unsafe.repo_id.split('/')[1]}"
+    hits(client, shows_it, other)
+    page_cache.bump(page_cache.model_scope(catalog.safe.repo_id))
+    assert hits(client, shows_it, other) == ["miss", "hit"]
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_write_that_lands_while_a_listing_renders_is_not_missed(
+    client: Client, django_capture_on_commit_callbacks: CommitCallbacks
+) -> None:
+    """The models a listing shows are known only once it has read its rows; a write to one of
+    them that lands after the read but before the copy is kept must still make that copy
+    old (the copy counts from when its render began, not from when it was kept)."""
+    from django.db import connection
+
+    from dashboard import page_cache
+
+    with django_capture_on_commit_callbacks(execute=True):
+        catalog = build_catalog()
+    url = f"/?q={catalog.safe.repo_id.split('/')[1]}"
+    landed: list[bool] = []
+
+    def writer_lands_during_the_render(execute: Any, *args: Any) -> Any:
+        result = execute(*args)
+        if not landed:  # once the page has read something: another process's commit
+            landed.append(True)
+            page_cache.bump(page_cache.model_scope(catalog.safe.repo_id))
+        return result
+
+    with connection.execute_wrapper(writer_lands_during_the_render):
+        assert client.get(url)["X-Cache"] == "miss"
+    assert landed
+    assert hits(client, url, url) == ["miss", "hit"]
+
+
+def test_a_listing_that_does_not_say_what_it_shows_depends_on_every_verdict() -> None:
+    from django.test import RequestFactory
+
+    from dashboard.page_cache import ALL, LISTINGS, VERDICTS, _shown, model_scope, shows
+
+    request = RequestFactory().get("/")
+    assert _shown(request, [ALL, LISTINGS]) == [VERDICTS]
+    assert _shown(request, [ALL, model_scope("a/b")]) == []
+    shows(request, ["A/B"], reads_verdicts=False)
+    assert _shown(request, [ALL, LISTINGS]) == [model_scope("a/b")]
+    shows(request, ["A/B"], reads_verdicts=True)
+    assert _shown(request, [ALL, LISTINGS]) == [model_scope("a/b"), VERDICTS]
+
+
+@pytest.mark.usefixtures("memory_cache")
 def test_a_deleted_model_drops_every_page(
     client: Client, django_capture_on_commit_callbacks: CommitCallbacks
 ) -> None:
