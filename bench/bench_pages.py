@@ -194,16 +194,20 @@ def populate() -> dict[str, Any]:
 # --- load ---------------------------------------------------------------------------------
 
 
-def load_python(port: int, paths: list[str], seconds: float) -> list[float]:
-    """CLIENTS threads, each sending requests one after the other until time is up."""
+def load_python(port: int, paths: list[str], seconds: float) -> tuple[list[float], int]:
+    """CLIENTS threads, each sending requests one after the other until time is up: the
+    latencies, and how many of the answers were rendered (not an `X-Cache` hit or stale copy)."""
     latencies: list[float] = []
+    rendered = 0
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
     errors: list[str] = []
 
     def client(seed: int) -> None:
+        nonlocal rendered
         rng = random.Random(seed)
         local = []
+        misses = 0
         while time.monotonic() < deadline:
             path = rng.choice(paths)
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -212,11 +216,13 @@ def load_python(port: int, paths: list[str], seconds: float) -> list[float]:
             response = conn.getresponse()
             response.read()
             local.append(time.perf_counter() - started)
+            misses += response.getheader("X-Cache") not in ("hit", "stale")
             conn.close()
             if response.status != 200:
                 errors.append(f"{path}: {response.status}")
         with lock:
             latencies.extend(local)
+            rendered += misses
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
     for thread in threads:
@@ -225,7 +231,7 @@ def load_python(port: int, paths: list[str], seconds: float) -> list[float]:
         thread.join()
     if errors:
         raise SystemExit(f"{len(errors)} requests failed, e.g. {errors[0]}")
-    return latencies
+    return latencies, rendered
 
 
 WRK_SCRIPT = """
@@ -273,11 +279,13 @@ def load_wrk(port: int, paths: list[str], seconds: float, workdir: Path) -> dict
 def measure(port: int, paths: list[str], workdir: Path) -> dict[str, float]:
     if shutil.which("wrk"):
         return load_wrk(port, paths, SECONDS, workdir)
-    latencies = sorted(load_python(port, paths, SECONDS))
+    answered, rendered = load_python(port, paths, SECONDS)
+    latencies = sorted(answered)
     return {
         "p50": statistics.median(latencies) * 1000,
         "p95": latencies[int(len(latencies) * 0.95)] * 1000,
         "rps": len(latencies) / SECONDS,
+        "rendered": 100 * rendered / len(latencies),
     }
 
 
@@ -346,7 +354,7 @@ def churn(writes_per_second: float = 2.0) -> None:
         other = rng.choice(ids)
         flipped = f"churn {counts['new_verdict']}"
         HubModel.objects.filter(pk=other).update(verdict_summary=flipped)
-        catalog_changed.send(sender=HubModel, model_ids=[other])
+        catalog_changed.send(sender=HubModel, model_ids=[other], verdicts=True)
         counts["new_verdict"] += 1
         time.sleep(1 / writes_per_second)
 
@@ -412,10 +420,16 @@ def report(label: str, results: dict[str, dict[str, float]]) -> float:
     """Print one series; return the worst p50 ratio to the trivial view."""
     base = results["trivial"]["p50"]
     print(f"\n{label} (load average after it: {load_average()})")
-    print(f"{'page':<10}{'p50 ms':>9}{'p95 ms':>9}{'req/s':>9}{'p50 / trivial':>15}")
+    print(
+        f"{'page':<10}{'p50 ms':>9}{'p95 ms':>9}{'req/s':>9}{'p50 / trivial':>15}{'rendered':>10}"
+    )
     for kind, r in results.items():
+        # The share of answers the server rendered, not served from the page cache (the python
+        # client counts it; wrk does not).
+        rendered = f"{r['rendered']:>9.1f}%" if "rendered" in r else f"{'–':>10}"
         print(
             f"{kind:<10}{r['p50']:>9.1f}{r['p95']:>9.1f}{r['rps']:>9.0f}{r['p50'] / base:>14.1f}x"
+            f"{rendered}"
         )
     return max(r["p50"] / base for k, r in results.items() if k != "trivial")
 
