@@ -285,7 +285,8 @@ def measure(port: int, paths: list[str], workdir: Path) -> dict[str, float]:
         "p50": statistics.median(latencies) * 1000,
         "p95": latencies[int(len(latencies) * 0.95)] * 1000,
         "rps": len(latencies) / SECONDS,
-        "rendered": 100 * rendered / len(latencies),
+        "rendered": rendered,
+        "answered": len(latencies),
     }
 
 
@@ -426,7 +427,9 @@ def report(label: str, results: dict[str, dict[str, float]]) -> float:
     for kind, r in results.items():
         # The share of answers the server rendered, not served from the page cache (the python
         # client counts it; wrk does not).
-        rendered = f"{r['rendered']:>9.1f}%" if "rendered" in r else f"{'–':>10}"
+        rendered = (
+            f"{int(r['rendered']):>7} of {int(r['answered'])}" if "rendered" in r else "      –"
+        )
         print(
             f"{kind:<10}{r['p50']:>9.1f}{r['p95']:>9.1f}{r['rps']:>9.0f}{r['p50'] / base:>14.1f}x"
             f"{rendered}"
