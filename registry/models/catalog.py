@@ -165,10 +165,12 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
             if words and len(term) < SHORT_TERM and word == term:
                 # No trigram in one or two characters: the start of a word, from the word
                 # index (dashboard migration 0006) rather than a scan of every row. The word
-                # itself is asked for beside its prefix (the same matches): PostgreSQL has
-                # statistics for a word, none for a prefix, so it guesses 2% for "7b:*" and
-                # built the whole posting list to count a word in one model in five (3.4 ms
-                # at 100,000 models); with the word's share it reads rows until the cap (0.7).
+                # itself is asked for beside its prefix (the same matches): PostgreSQL
+                # estimates a word from the column's statistics, but a prefix at a flat 2%
+                # while they hold fewer than 100 common words (a small or uniform catalog).
+                # Then it built the whole posting list to count "7b:*", a word in one model in
+                # five (3.4 ms at 100,000 models); with the word's share it reads rows until
+                # the cap (0.7).
                 prefix = RawSQL(
                     "search_words @@ to_tsquery('simple', %s)",
                     (f"{word} | {word}:*",),
