@@ -375,7 +375,8 @@ def cached_page(view: View) -> View:
             return view(request, *args, **kwargs)
         try:
             key = _key(request)
-            current = generations(scopes_of(kwargs))
+            scopes = scopes_of(kwargs)
+            current = generations(scopes)
             kept = cache.get(key)
             if kept is not None and _fresh(kept, current):
                 return _respond(kept, "hit")
@@ -392,7 +393,7 @@ def cached_page(view: View) -> View:
         cache_control = response.get("Cache-Control", "")
         try:
             if response.status_code == 200 and "no-store" not in cache_control:
-                shown = _shown(request, scopes_of(kwargs))
+                shown = _shown(request, scopes)
                 entry = Kept(
                     current,
                     response.content,
