@@ -64,7 +64,7 @@ from .stored_reports import find_pair
 def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
     query = CatalogQuery.from_params(request.GET)
-    page = CappedPaginator(query.models(), PAGE_SIZE, query.columns).get_page(query.page)
+    page = CappedPaginator(query, PAGE_SIZE).get_page(query.page)
     shows(request, (row.repo_id for row in page), reads_verdicts=query.reads_verdicts)
     context = {
         "page": page,
