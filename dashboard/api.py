@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.urls import URLPattern, path, reverse
 from ninja import NinjaAPI, Query
@@ -37,7 +36,13 @@ from workers.health import cached_status
 from . import api_schemas as s
 from . import diagnosis
 from .api_errors import ApiError, JsonParser, json_body, json_errors, response_for
-from .catalog import PAGE_SIZE, CatalogQuery, models_using
+from .catalog import (
+    PAGE_SIZE,
+    CappedPaginator,
+    CatalogQuery,
+    CatalogRow,
+    models_using,
+)
 from .page_cache import cached_page, shows
 from .probes import ProbeQueue, latest_probe
 from .stored_reports import failing_pairs, rebuild
@@ -134,29 +139,29 @@ def _when(moment: Any) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def model_row(request: HttpRequest, model: HubModel) -> dict[str, Any]:
-    catalog = getattr(model, "catalog_verdict", None)
+def model_row(request: HttpRequest, row: CatalogRow) -> dict[str, Any]:
+    catalog = row.verdicts
     return {
-        "repo_id": model.repo_id,
-        "author": model.author,
-        "family": model.family,
-        "status": model.status,
-        "verdict": model.verdict,
-        "summary": model.verdict_summary,
+        "repo_id": row.repo_id,
+        "author": row.author,
+        "family": row.family,
+        "status": row.status,
+        "verdict": row.verdict,
+        "summary": row.verdict_summary,
         "thinking": catalog.thinking if catalog else None,
         "thinking_off": (catalog.thinking_off or None) if catalog else None,
         "thinking_on": (catalog.thinking_on or None) if catalog else None,
         "tools": catalog.tools if catalog else None,
         "probe": catalog.probe if catalog else "none",
         "reuse": catalog.reuse if catalog else None,
-        "is_hybrid": model.is_hybrid,
-        "format": model.format,
-        "base_model": model.base_model,
-        "drift": model.drift,
-        "downloads": model.downloads,
-        "last_template_change_at": _when(model.last_template_change_at),
-        "url": _absolute(request, _model_url(model.repo_id)),
-        "setup_verdict": getattr(model, "setup_verdict", None),
+        "is_hybrid": row.is_hybrid,
+        "format": row.format,
+        "base_model": row.base_model,
+        "drift": row.drift,
+        "downloads": row.downloads,
+        "last_template_change_at": _when(row.last_template_change_at),
+        "url": _absolute(request, _model_url(row.repo_id)),
+        "setup_verdict": row.setup_verdict,
     }
 
 
@@ -303,20 +308,25 @@ def probe_queue_payload(request: HttpRequest) -> dict[str, Any]:
 
 
 def model_list_payload(request: HttpRequest, query: CatalogQuery) -> dict[str, Any]:
-    page = Paginator(query.models(), PAGE_SIZE).get_page(query.page)
-    shows(request, (model.repo_id for model in page), reads_verdicts=query.reads_verdicts)
+    """The catalog's page as JSON, counted as the page counts (up to `COUNT_CAP`): an exact
+    count of a broad search read every match, 87 ms for "chat" at 100,000 models and growing
+    with the catalog (docs/dashboard.md, "A narrow page read by key, and the API's count")."""
+    paginator = CappedPaginator(query, PAGE_SIZE)
+    page = paginator.get_page(query.page)
+    shows(request, (row.repo_id for row in page), reads_verdicts=query.reads_verdicts)
     base = reverse("dashboard:api_models")
 
     def link(number: int) -> str:
         return _absolute(request, base + query.url(page=str(number)))
 
     return {
-        "count": page.paginator.count,
+        "count": paginator.shown_count,
+        "count_exact": not paginator.capped,
         "page": page.number,
-        "pages": page.paginator.num_pages,
+        "pages": paginator.num_pages,
         "next": link(page.next_page_number()) if page.has_next() else None,
         "previous": link(page.previous_page_number()) if page.has_previous() else None,
-        "results": [model_row(request, model) for model in page],
+        "results": [model_row(request, row) for row in page],
     }
 
 

@@ -43,7 +43,15 @@ from registry.models import (
     validate_repo_id,
 )
 
-from .catalog import DRIFT_CHOICES, FORMAT_CHOICES, HYBRID_CHOICES, SORTS, THINKING_CHOICES
+from .catalog import (
+    COUNT_CAP,
+    DRIFT_CHOICES,
+    FORMAT_CHOICES,
+    HYBRID_CHOICES,
+    MAX_PAGES,
+    SORTS,
+    THINKING_CHOICES,
+)
 
 #: A NUL character never reaches a query: PostgreSQL refuses it in text (psycopg.DataError).
 #: Paths and bodies with one are refused (400); query text loses it (DropNul).
@@ -385,9 +393,16 @@ class ModelRow(Strict):
 
 
 class ModelList(Strict):
-    count: int
+    count: int = Field(
+        description=f"the matches, counted up to {COUNT_CAP}; past that it is {COUNT_CAP} and "
+        "count_exact is false (a search that broad is refined, not paged through)"
+    )
+    count_exact: bool = Field(description="false when there are more matches than count")
     page: int
-    pages: int
+    pages: int = Field(
+        description=f"the pages of count; {MAX_PAGES} when count_exact is false, and next is "
+        "given while a page is full"
+    )
     next: Url | None
     previous: Url | None
     results: list[ModelRow]

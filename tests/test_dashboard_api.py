@@ -7,11 +7,13 @@ import re
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 
 from dashboard import api
+from dashboard import catalog as catalog_module
 from registry.models import HubModel
 from tests.dashboard_data import PENDING_REPO, Catalog, build_catalog
 
@@ -63,6 +65,35 @@ def test_list_pages_link_to_each_other(client: Client, catalog: Catalog) -> None
     assert first["next"] == "http://testserver/api/models?author=bulk&sort=name&page=2"
     second = client.get(first["next"]).json()
     assert len(second["results"]) == 10 and second["previous"] is not None
+    assert first["count_exact"] is True and second["count"] == 60
+
+
+def test_a_broad_list_counts_up_to_the_cap_and_says_so(
+    client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `COUNT_CAP` matches the count is a floor (`count_exact` false), as on the catalog
+    page: the list pages on while a page is full, up to `MAX_PAGES`, and never reads every
+    match to count it."""
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    monkeypatch.setattr(api, "PAGE_SIZE", 5)
+    monkeypatch.setattr(catalog_module, "MAX_PAGES", 4)
+    HubModel.objects.bulk_create(
+        HubModel(repo_id=f"bulk/m{i:03d}", author="bulk", downloads=i) for i in range(17)
+    )
+    with CaptureQueriesContext(connection) as queries:
+        first = get_json(client, "/api/models", q="bulk", sort="name")
+    assert (first["count"], first["count_exact"], first["pages"]) == (10, False, 4)
+    assert [m["repo_id"] for m in first["results"]] == [f"bulk/m{i:03d}" for i in range(5)]
+    assert first["next"] == "http://testserver/api/models?q=bulk&sort=name&page=2"
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert len([q for q in sql if "LIMIT 11" in q]) == 1 and not any("COUNT(" in q for q in sql)
+    fourth = get_json(client, "/api/models", q="bulk", sort="name", page="4")
+    assert [m["repo_id"] for m in fourth["results"]] == ["bulk/m015", "bulk/m016"]
+    assert fourth["next"] is None and fourth["previous"] is not None
+    narrow = get_json(client, "/api/models", q="m01", sort="name")
+    assert (narrow["count"], narrow["count_exact"], narrow["pages"]) == (7, True, 2)
+    assert narrow["results"][0]["repo_id"] == "bulk/m010"
 
 
 def error_of(response: Any, status: int) -> dict[str, str]:
