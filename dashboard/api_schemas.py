@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from ninja import Schema
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -162,10 +161,15 @@ def _choices(choices: type[models.TextChoices]) -> OneOf:
     return OneOf(choices.values)
 
 
-class Strict(Schema):
-    """A response object: every field the builders write, and no other."""
+class Strict(BaseModel):
+    """A response object: every field the builders write, and no other.
 
-    model_config = ConfigDict(extra="forbid")
+    A pydantic model, not a django-ninja `Schema`: a `Schema` with `extra="forbid"` validates
+    each object twice, the second time through `DjangoGetter`, which reads every field with
+    `getattr`. The builders write plain values, so that adapter has nothing to do: it took
+    about a third of the model list's time (50 rows)."""
+
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
 
 
 # Errors -----------------------------------------------------------------------------------
