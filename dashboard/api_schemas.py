@@ -169,7 +169,7 @@ class Strict(BaseModel):
     `getattr`. The builders write plain values, so that adapter has nothing to do: it took
     about a third of the model list's time (50 rows)."""
 
-    model_config = ConfigDict(extra="forbid", from_attributes=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 # Errors -----------------------------------------------------------------------------------

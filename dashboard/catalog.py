@@ -352,7 +352,7 @@ class CatalogPage(Page):  # type: ignore[type-arg]
 class CappedPaginator(Paginator):  # type: ignore[type-arg]
     """The catalog's pages of `CatalogRow`s (`CatalogQuery.models()` read as its `columns`).
 
-    First it reads the keys of at most `cap` + 1 matches, unordered (`keys`): their
+    First it reads the keys of at most `COUNT_CAP` + 1 matches, unordered (`keys`): their
     number is the count, so a broad search costs the same at 10,000 models as at 100,000;
     `capped` says the count is a floor, and then a page reads one row more than it shows to
     know whether another follows. Sorted by downloads, PostgreSQL walked the downloads index
@@ -362,14 +362,12 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def __init__(self, query: CatalogQuery, per_page: int):
         super().__init__(query.models(), per_page)
         self.query = query
-        #: Matches counted at most.
-        self.cap = COUNT_CAP
 
     @cached_property
     def keys(self) -> list[int]:
-        """The keys of the first `cap` + 1 matches PostgreSQL finds, in no order."""
+        """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order."""
         rows: Any = self.object_list
-        return list(rows.order_by().values_list("pk", flat=True)[: self.cap + 1])
+        return list(rows.order_by().values_list("pk", flat=True)[: COUNT_CAP + 1])
 
     @cached_property
     def count(self) -> int:
@@ -404,8 +402,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     @property
     def capped(self) -> bool:
-        return self.count > self.cap
+        return self.count > COUNT_CAP
 
     @property
     def shown_count(self) -> int:
-        return min(self.count, self.cap)
+        return min(self.count, COUNT_CAP)
