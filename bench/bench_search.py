@@ -46,6 +46,11 @@ TERMS = {
     "family": "mistral",
     "broad": "chat",
     "two words": "qwen gguf",
+    # Between narrow and broad: a few hundred models at 100,000 (0.3% and 0.5%), a few dozen
+    # at 10,000. PostgreSQL's estimate for a share this small comes from 101 histogram bounds,
+    # so which plan such a page gets is a matter of the latest ANALYZE's sample.
+    "an organisation": "org-42",
+    "a dataset tag": "corpus-199",
     "prefix of a name": "gra",
     "short (2 chars)": "7b",
     # What search as you type asks after a pause on the first letter of "qwen".
