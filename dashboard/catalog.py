@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import F, Q, QuerySet
+from django.db import connection
+from django.db.models import BigIntegerField, F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.lookups import Exact
 from django.http import QueryDict
@@ -334,6 +337,66 @@ COUNT_CAP = 200
 #: it, so the pager stops where a search should be refined.
 MAX_PAGES = 20
 
+#: Past the cap, a page sorted by downloads either walks the downloads index, testing each model
+#: until the page is full (about `top` / the term's share of the catalog models), or reads
+#: every match by key and sorts them. PostgreSQL picks the walk for any term it believes
+#: matches 1% of the catalog, and its estimate of a term's share comes from 101 histogram
+#: bounds: a term matching 275 models of 100,000 walked 18,000 (37 ms). The catalog picks for
+#: itself, from an estimate of the matches it reads free with the keys (`matches_estimate`).
+#: The costs, measured at 100,000 models (docs/dashboard.md, "Searches between narrow and
+#: broad"): the walk about 2 µs a model; the sorted read 2 ms for its two queries and about
+#: 5 µs a match.
+WALK_MS_PER_MODEL = 0.002
+SORT_MS = 2.0
+SORT_MS_PER_MATCH = 0.005
+#: The sorted read reads at most this many matches; past it (the estimate was wrong) the page
+#: walks after all.
+SORT_CAP = 2000
+#: How long a process keeps the table's size (`table_blocks`): an estimate only picks a plan,
+#: never the rows.
+TABLE_SECONDS = 60.0
+_table: list[tuple[float, int, float]] = []
+#: The heap block of a row, read with the keys: where the scan found it.
+BLOCK = RawSQL(
+    f'("{HubModel._meta.db_table}".ctid::text::point)[0]::bigint',
+    (),
+    output_field=BigIntegerField(),
+)
+
+
+def table_blocks() -> tuple[int, float]:
+    """The catalog table's blocks now and its models per block (PostgreSQL's statistics), read
+    at most every `TABLE_SECONDS` per process."""
+    now = time.monotonic()
+    if _table and now - _table[0][0] < TABLE_SECONDS:
+        return _table[0][1], _table[0][2]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_relation_size(oid) / current_setting('block_size')::int, "
+            "reltuples / greatest(relpages, 1) FROM pg_class WHERE oid = %s::regclass",
+            [HubModel._meta.db_table],
+        )
+        blocks, per_block = cursor.fetchone()
+    _table[:] = [(now, int(blocks), float(per_block))]
+    return int(blocks), float(per_block)
+
+
+def matches_estimate(blocks: list[int], table: int) -> float | None:
+    """How many models match, from the blocks where a scan found its first `len(blocks)`:
+    PostgreSQL reads a table's blocks in order (a bitmap scan from the first, a sequential scan
+    from where the last one stopped, wrapping at the end), so they span about len(blocks) / N
+    of the table. Dead rows spread through the table change nothing; dead rows in one place
+    (a mass delete not yet vacuumed) count as blocks crossed, and only make the plan the walk
+    more often. None when the blocks are not in that order (an index scan) or the table's size
+    is unknown."""
+    if len(blocks) < 2 or table <= 0:
+        return None
+    wraps = sum(1 for a, b in zip(blocks, blocks[1:], strict=False) if b < a)
+    if wraps > 1 or (wraps == 1 and blocks[-1] >= blocks[0]):
+        return None
+    span = (blocks[-1] - blocks[0]) % table + 1
+    return len(blocks) * table / span
+
 
 class CatalogPage(Page):  # type: ignore[type-arg]
     """A page that knows whether another follows without a count (`more`: read one row past
@@ -364,10 +427,17 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         self.query = query
 
     @cached_property
+    def found(self) -> list[tuple[int, int | None]]:
+        """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order, each with
+        its heap block (PostgreSQL only; None elsewhere)."""
+        rows = cast("QuerySet[HubModel]", self.object_list).order_by()
+        if connection.vendor == "postgresql":
+            return list(rows.values_list("pk", BLOCK)[: COUNT_CAP + 1])
+        return [(pk, None) for pk in rows.values_list("pk", flat=True)[: COUNT_CAP + 1]]
+
+    @cached_property
     def keys(self) -> list[int]:
-        """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order."""
-        rows: Any = self.object_list
-        return list(rows.order_by().values_list("pk", flat=True)[: COUNT_CAP + 1])
+        return [pk for pk, _ in self.found]
 
     @cached_property
     def count(self) -> int:
@@ -384,17 +454,57 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         4.6 in one process (its query built and compiled twice over, and planned with the
         search's estimates: PostgreSQL guesses 2% of the catalog matches a short word, and for
         a rare one it walked the downloads index through every model to fill a page, 70 ms).
-        Over the cap, that walk is the fast plan: it finds 50 matches early."""
+        Over the cap, the page walks the downloads index, or sorts the matches (`sorts`)."""
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
         if self.capped:
-            shown = self._rows(self.object_list, bottom, bottom + self.per_page + 1)
+            top = bottom + self.per_page + 1
+            shown = self._sorted_rows(bottom, top) if self.sorts(top) else None
+            if shown is None:
+                shown = self._rows(self.object_list, bottom, top)
             more = len(shown) > self.per_page and number < MAX_PAGES
             return CatalogPage(shown[: self.per_page], number, self, more)
         if not self.keys:
             return Page([], number, self)  # nothing to read, nor a query to build
         rows = self.query.by_keys(self.keys)
         return Page(self._rows(rows, bottom, bottom + self.per_page), number, self)
+
+    def sorts(self, top: int) -> bool:
+        """Whether the first `top` rows of a search past the cap are cheaper read by sorting
+        every match than by walking the downloads index (`WALK_MS_PER_MODEL`)."""
+        blocks = [block for _, block in self.found]
+        if self.query.sort != "downloads" or None in blocks:
+            return False
+        table, per_block = table_blocks()
+        matches = matches_estimate(blocks, table)  # type: ignore[arg-type]
+        if matches is None or matches > SORT_CAP or per_block <= 0:  # (<= 0: never analyzed)
+            return False
+        walked = top * table * per_block / matches  # the models tested to find `top` matches
+        return SORT_MS + SORT_MS_PER_MATCH * matches < WALK_MS_PER_MODEL * walked
+
+    def _sorted_rows(self, bottom: int, top: int) -> list[CatalogRow] | None:
+        """Rows `bottom` to `top` from every match, sorted, or None when there are more than
+        `SORT_CAP`. One query reads the matches (the search's own, unordered, as the count
+        reads them) into a materialized set, counts and sorts it, and gives the page's keys;
+        the rows are then read by key. The order is PostgreSQL's, as the walk's (ties by repo
+        id in its collation), so a search pages the same whichever way each page was read.
+        Sorting joined to the verdicts, 500 matches were a hash join over every verdict (23
+        ms), and asked as one sorted query PostgreSQL may walk the downloads index after all."""
+        rows = cast("QuerySet[HubModel]", self.object_list).order_by()
+        matches = rows.values_list("pk", "downloads", "repo_id")[: SORT_CAP + 1]
+        sql, params = matches.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH found (pk, downloads, repo_id) AS MATERIALIZED ({sql}) "
+                "SELECT pk, (SELECT count(*) FROM found) FROM found "
+                "ORDER BY downloads DESC, repo_id LIMIT %s OFFSET %s",
+                (*params, top - bottom, bottom),
+            )
+            page = cursor.fetchall()
+        if page and page[0][1] > SORT_CAP:
+            return None
+        keys = [pk for pk, _ in page]
+        return self._rows(self.query.by_keys(keys), 0, len(keys)) if keys else []
 
     def _rows(self, models: Any, bottom: int, top: int) -> list[CatalogRow]:
         values = models.values_list(*self.query.columns)[bottom:top]

@@ -79,9 +79,13 @@ def test_a_broad_search_counts_up_to_the_cap(
     with CaptureQueriesContext(connection) as queries:
         client.get("/", {"q": "chat"})
     (keys,) = [q["sql"] for q in queries.captured_queries if "LIMIT 11" in q["sql"].upper()]
-    # Unordered and the key alone: sorted, PostgreSQL walks the downloads index instead.
+    # Unordered, the key and where the scan found it: sorted, PostgreSQL walks the downloads
+    # index instead.
     assert "ORDER BY" not in keys.upper(), keys
-    assert keys.startswith('SELECT "registry_hubmodel"."id" AS "pk" FROM'), keys
+    block = ', (("registry_hubmodel".ctid::text::point)[0]::bigint) AS "rawsql1"'
+    if connection.vendor != "postgresql":
+        block = ""
+    assert keys.startswith(f'SELECT "registry_hubmodel"."id" AS "pk"{block} FROM'), keys
 
 
 def test_bases_and_derivatives_are_found_through_an_index() -> None:
@@ -170,3 +174,103 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
         cursor.execute(f"EXPLAIN {fetches['9b']}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan Backward" not in plan, plan
+
+
+def test_the_matches_are_estimated_from_where_the_scan_found_them() -> None:
+    """PostgreSQL reads a table's blocks in order: a bitmap scan from the first, a sequential
+    scan from where the last one stopped, wrapping at the end. The first keys of a search span
+    about their share of the table; in any other order (an index scan) there is no estimate."""
+    estimate = catalog_module.matches_estimate
+    assert estimate(list(range(0, 100, 10)), 1000) == pytest.approx(10 * 1000 / 91)
+    assert estimate([5, 5, 6, 7], 100) == pytest.approx(4 * 100 / 3)  # rows of one block
+    # A sequential scan that began at block 950 of 1,000 and wrapped: it read 100 blocks.
+    assert estimate([950, 980, 999, 0, 20, 49], 1000) == pytest.approx(6 * 1000 / 100)
+    assert estimate([40, 10, 30, 20], 1000) is None  # an index's order
+    assert estimate([900, 100, 950], 1000) is None  # wrapped past where it began
+    assert estimate([50, 60, 10, 20], 1000) is not None
+    assert estimate([3], 1000) is None
+    assert estimate([1, 2], 0) is None
+
+
+def mixed_catalog() -> None:
+    """600 models over 30 organisations, with many equal downloads and repo ids of mixed
+    case: ties are where two ways of reading a page could disagree."""
+    HubModel.objects.bulk_create(
+        HubModel(
+            repo_id=f"{['Org', 'org', 'ORG'][i % 3]}-{i % 30}/{FAMILIES[i % 6]}-{i}",
+            author=f"org-{i % 30}",
+            family=FAMILIES[i % 6],
+            downloads=i % 7 * 10,
+        )
+        for i in range(600)
+    )
+
+
+def test_a_capped_page_is_the_same_walked_or_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the cap a page sorted by downloads either walks the downloads index or sorts every
+    match: each page holds the same rows in the same order both ways, as PostgreSQL orders the
+    whole search; past `SORT_CAP` matches the sorted read gives way to the walk."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the sorted read is PostgreSQL's")
+    mixed_catalog()
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 20)
+    query = CatalogQuery(q="qwen")  # 100 models
+    ranked = HubModel.objects.search("qwen").order_by("-downloads", "repo_id")
+    expected = list(ranked.values_list("repo_id", flat=True))
+    assert len(expected) == 100
+
+    def pages(sort: bool) -> tuple[list[str], list[str]]:
+        monkeypatch.setattr(catalog_module.CappedPaginator, "sorts", lambda self, top: sort)
+        shown, sql = [], []
+        for number in range(1, 5):
+            paginator = catalog_module.CappedPaginator(query, 30)
+            with CaptureQueriesContext(connection) as queries:
+                page = paginator.page(number)
+            shown += [row.repo_id for row in page]
+            sql += [q["sql"] for q in queries.captured_queries]
+            assert page.has_next() == (number < 4)
+        return shown, sql
+
+    walked, walk_sql = pages(False)
+    sorted_, sort_sql = pages(True)
+    assert walked == sorted_ == expected
+    assert not any("MATERIALIZED" in sql for sql in walk_sql)
+    assert sum("MATERIALIZED" in sql for sql in sort_sql) == 4
+    monkeypatch.setattr(catalog_module, "SORT_CAP", 99)  # more matches than it reads
+    walked_after_all, sql = pages(True)
+    assert walked_after_all == expected
+    assert sum("MATERIALIZED" in q for q in sql) == 4  # tried, then walked
+
+
+def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
+    client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog picks the plan from the blocks its count's scan found the keys in: an
+    organisation's 20 models of 6,000 would walk about 3,300 models to fill a page of 10, so
+    they are read by key and sorted; "chat" fills a page at once, and walks."""
+    if connection.vendor != "postgresql":
+        pytest.skip("plans are PostgreSQL's")
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    monkeypatch.setattr(catalog_module, "_table", [])  # this test's table, not an earlier one's
+    with connection.cursor() as cursor:
+        # A table without the dead rows earlier tests left at its start (rolled back), which
+        # would count as blocks the scan had to cross (`matches_estimate`).
+        cursor.execute("TRUNCATE registry_hubmodel CASCADE")
+    many_models(6000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+    for term, sorts in (("org-7/", True), ("chat", False)):
+        paginator = catalog_module.CappedPaginator(CatalogQuery(q=term), 10)
+        assert paginator.capped
+        if sorts:
+            blocks = [block for _, block in paginator.found]
+            table, _ = catalog_module.table_blocks()
+            assert 10 <= catalog_module.matches_estimate(blocks, table) <= 40  # type: ignore[arg-type,operator]
+        assert paginator.sorts(11) is sorts, term
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get("/", {"q": term}).content.decode()
+        assert any("MATERIALIZED" in q["sql"] for q in queries.captured_queries) is sorts
+        expected = HubModel.objects.search(term).order_by("-downloads", "repo_id")
+        for repo_id in expected.values_list("repo_id", flat=True)[:10]:
+            assert repo_id in body
