@@ -341,7 +341,7 @@ MAX_PAGES = 20
 #: until the page is full (about `top` / the term's share of the catalog models), or reads
 #: every match by key and sorts them. PostgreSQL picks the walk for any term it believes
 #: matches 1% of the catalog, and its estimate of a term's share comes from 101 histogram
-#: bounds: a term matching 275 models of 100,000 walked 18,000 (37 ms). The catalog picks for
+#: bounds: a term matching 275 models of 100,000 walked 22,700 (38 ms). The catalog picks for
 #: itself, from an estimate of the matches it reads free with the keys (`matches_estimate`).
 #: The costs, measured at 100,000 models (docs/dashboard.md, "Searches between narrow and
 #: broad"): the walk about 2 µs a model; the sorted read 2 ms for its two queries and about
