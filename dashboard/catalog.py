@@ -364,11 +364,11 @@ BLOCK = RawSQL(
 )
 
 
-def table_blocks() -> tuple[int, float]:
+def table_blocks(refresh: bool = False) -> tuple[int, float]:
     """The catalog table's blocks now and its models per block (PostgreSQL's statistics), read
-    at most every `TABLE_SECONDS` per process."""
+    at most every `TABLE_SECONDS` per process unless `refresh`."""
     now = time.monotonic()
-    if _table and now - _table[0][0] < TABLE_SECONDS:
+    if _table and now - _table[0][0] < TABLE_SECONDS and not refresh:
         return _table[0][1], _table[0][2]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -472,11 +472,13 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def sorts(self, top: int) -> bool:
         """Whether the first `top` rows of a search past the cap are cheaper read by sorting
         every match than by walking the downloads index (`WALK_MS_PER_MODEL`)."""
-        blocks = [block for _, block in self.found]
-        if self.query.sort != "downloads" or None in blocks:
+        blocks = [block for _, block in self.found if block is not None]
+        if self.query.sort != "downloads" or not blocks or len(blocks) < len(self.found):
             return False
         table, per_block = table_blocks()
-        matches = matches_estimate(blocks, table)  # type: ignore[arg-type]
+        if max(blocks) >= table:  # the table grew since its size was read
+            table, per_block = table_blocks(refresh=True)
+        matches = matches_estimate(blocks, table)
         if matches is None or matches > SORT_CAP or per_block <= 0:  # (<= 0: never analyzed)
             return False
         walked = top * table * per_block / matches  # the models tested to find `top` matches
