@@ -37,7 +37,9 @@ PAGE_SIZE = 50
 SORTS: dict[str, tuple[Any, ...]] = {
     "downloads": ("-downloads", "repo_id"),
     "reuse": (F("catalog_verdict__reuse").desc(nulls_last=True), "repo_id"),
-    "changed": ("-last_template_change_at", "repo_id"),
+    # Models with no template yet (no date) last, on every database (PostgreSQL puts nulls
+    # first in a descending order).
+    "changed": (F("last_template_change_at").desc(nulls_last=True), "repo_id"),
     "name": ("repo_id",),
 }
 SORT_LABELS = {

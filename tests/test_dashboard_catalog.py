@@ -199,9 +199,20 @@ def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: C
     assert len(rows(response.content.decode())) == 5
 
 
-def test_sort_by_name_and_by_last_change(client: Client, catalog: Catalog) -> None:
+def test_sort_by_name_and_by_last_change(
+    client: Client, catalog: Catalog, settings: SettingsWrapper
+) -> None:
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0  # bulk updates below send no signal
     names = rows(client.get("/", {"sort": "name"}).content.decode())
     assert names == sorted(names)
+    # A model with no template change yet comes after every dated one, on PostgreSQL too
+    # (whose descending order puts nulls first).
+    HubModel.objects.filter(repo_id=PENDING_REPO).update(last_template_change_at=None)
+    undated = HubModel.objects.filter(last_template_change_at=None).values_list("repo_id")
+    undated_ids = sorted(repo_id for (repo_id,) in undated)
+    by_change = rows(client.get("/", {"sort": "changed"}).content.decode())
+    assert PENDING_REPO in undated_ids and len(undated_ids) < len(by_change) == len(names)
+    assert by_change[-len(undated_ids) :] == undated_ids  # last, by repo id
     HubModel.objects.filter(repo_id=PENDING_REPO).update(
         last_template_change_at="2030-01-01T00:00Z"
     )

@@ -224,7 +224,8 @@ class HubModel(models.Model):
     last_commit_sha = models.CharField(max_length=40, blank=True)
     last_commit_at = models.DateTimeField(null=True, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
-    last_template_change_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    #: Indexed in the catalog's order on PostgreSQL (registry migration 0015).
+    last_template_change_at = models.DateTimeField(null=True, blank=True)
     tracked_at = models.DateTimeField(default=timezone.now)
     is_demo = models.BooleanField(default=False)
     #: How it got here: "track", "api", "form", "watch", "webhook", "local".
