@@ -11,7 +11,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from dashboard import catalog as catalog_module
 from dashboard.catalog import CatalogQuery
-from registry.models import HubModel
+from registry.models import HubModel, ProbeStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -242,7 +242,7 @@ def test_a_capped_page_is_the_same_walked_or_sorted(monkeypatch: pytest.MonkeyPa
     expected = list(ranked.values_list("repo_id", flat=True))
     assert len(expected) == 100
 
-    def pages(sort: bool) -> tuple[list[str], list[str]]:
+    def pages(sort: bool, query: CatalogQuery = query) -> tuple[list[str], list[str]]:
         monkeypatch.setattr(catalog_module.CappedPaginator, "sorts", lambda self, top: sort)
         shown, sql = [], []
         for number in range(1, 5):
@@ -259,6 +259,13 @@ def test_a_capped_page_is_the_same_walked_or_sorted(monkeypatch: pytest.MonkeyPa
     assert walked == sorted_ == expected
     assert not any("MATERIALIZED" in sql for sql in walk_sql)
     assert sum("MATERIALIZED" in sql for sql in sort_sql) == 4
+    # A filter on the joined catalog row (none here: "no probe yet" matches them all) reads
+    # the same matches, joined inside the sorted read.
+    joined = CatalogQuery(q="qwen", probe=ProbeStatus.NONE)
+    walked, _ = pages(False, joined)
+    sorted_, sort_sql = pages(True, joined)
+    assert walked == sorted_ == expected
+    assert any("MATERIALIZED" in sql and "JOIN" in sql for sql in sort_sql)
     monkeypatch.setattr(catalog_module, "SORT_CAP", 99)  # more matches than it reads
     walked_after_all, sql = pages(True)
     assert walked_after_all == expected
