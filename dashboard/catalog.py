@@ -339,21 +339,29 @@ COUNT_CAP = 200
 #: it, so the pager stops where a search should be refined.
 MAX_PAGES = 20
 
-#: Past the cap, a page sorted by downloads either walks the downloads index, testing each model
-#: until the page is full (about `top` / the term's share of the catalog models), or reads
-#: every match by key and sorts them. PostgreSQL picks the walk for any term it believes
-#: matches 1% of the catalog, and its estimate of a term's share comes from 101 histogram
-#: bounds: a term matching 275 models of 100,000 walked 22,700 (38 ms). The catalog picks for
-#: itself, from an estimate of the matches it reads free with the keys (`matches_estimate`).
-#: The costs, measured at 100,000 models (docs/dashboard.md, "Searches between narrow and
-#: broad"): the walk about 2 µs a model; the sorted read 2 ms for its two queries and about
-#: 5 µs a match.
+#: Past the cap, a page sorted by downloads (or by another of `SORTED_READ`) either walks the
+#: order's index, testing each model until the page is full (about `top` / the term's share of
+#: the catalog models), or reads every match by key and sorts them. PostgreSQL picks the walk
+#: for any term it believes matches 1% of the catalog, and its estimate of a term's share
+#: comes from 101 histogram bounds: a term matching 275 models of 100,000 walked 22,700 by
+#: downloads (38 ms). The catalog picks for itself, from an estimate of the matches it reads
+#: free with the keys (`matches_estimate`). The costs, measured at 100,000 models
+#: (docs/dashboard.md, "Searches between narrow and broad"): the walk about 2 µs a model; the
+#: sorted read 2 ms for its two queries and about 5 µs a match.
 WALK_MS_PER_MODEL = 0.002
 SORT_MS = 2.0
 SORT_MS_PER_MATCH = 0.005
 #: The sorted read reads at most this many matches; past it (the estimate was wrong) the page
 #: walks after all.
 SORT_CAP = 2000
+#: The orders the sorted read gives, as `SORTS` has them, over the model's own columns (not
+#: "reuse", which is the catalog row's). Each has an index that a page can walk, and the same
+#: trap: sorted by name, "org-42" walked 84,000 models to reach its repo ids (422 ms).
+SORTED_READ = {
+    "downloads": "downloads DESC, repo_id",
+    "changed": "last_template_change_at DESC NULLS LAST, repo_id",
+    "name": "repo_id",
+}
 #: How long a process keeps the table's size (`table_blocks`): an estimate only picks a plan,
 #: never the rows.
 TABLE_SECONDS = 60.0
@@ -456,7 +464,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         4.6 in one process (its query built and compiled twice over, and planned with the
         search's estimates: PostgreSQL guesses 2% of the catalog matches a short word, and for
         a rare one it walked the downloads index through every model to fill a page, 70 ms).
-        Over the cap, the page walks the downloads index, or sorts the matches (`sorts`)."""
+        Over the cap, the page walks the order's index, or sorts the matches (`sorts`)."""
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
         if self.capped:
@@ -473,9 +481,10 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     def sorts(self, top: int) -> bool:
         """Whether the first `top` rows of a search past the cap are cheaper read by sorting
-        every match than by walking the downloads index (`WALK_MS_PER_MODEL`)."""
+        every match than by walking the order's index (`WALK_MS_PER_MODEL`, measured on the
+        downloads index; the others cost the same a model)."""
         blocks = [block for _, block in self.found if block is not None]
-        if self.query.sort != "downloads" or not blocks or len(blocks) < len(self.found):
+        if self.query.sort not in SORTED_READ or not blocks or len(blocks) < len(self.found):
             return False
         table, per_block = table_blocks()
         if max(blocks) >= table:  # the table grew since its size was read
@@ -495,13 +504,14 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         Sorting joined to the verdicts, 500 matches were a hash join over every verdict (23
         ms), and asked as one sorted query PostgreSQL may walk the downloads index after all."""
         rows = cast("QuerySet[HubModel]", self.object_list).order_by()
-        matches = rows.values_list("pk", "downloads", "repo_id")[: SORT_CAP + 1]
+        columns = ("pk", "downloads", "last_template_change_at", "repo_id")
+        matches = rows.values_list(*columns)[: SORT_CAP + 1]
         sql, params = matches.query.sql_with_params()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"WITH found (pk, downloads, repo_id) AS MATERIALIZED ({sql}) "
+                f"WITH found ({', '.join(columns)}) AS MATERIALIZED ({sql}) "
                 "SELECT pk, (SELECT count(*) FROM found) FROM found "
-                "ORDER BY downloads DESC, repo_id LIMIT %s OFFSET %s",
+                f"ORDER BY {SORTED_READ[self.query.sort]} LIMIT %s OFFSET %s",
                 (*params, top - bottom, bottom),
             )
             page = cursor.fetchall()

@@ -3,6 +3,8 @@ used by the plan for every term; counts capped so a broad term costs no more at 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.db import connection
 from django.test import Client
@@ -216,29 +218,36 @@ def test_the_matches_are_estimated_from_where_the_scan_found_them() -> None:
 
 
 def mixed_catalog() -> None:
-    """600 models over 30 organisations, with many equal downloads and repo ids of mixed
-    case: ties are where two ways of reading a page could disagree."""
+    """600 models over 30 organisations, with many equal downloads and change dates, models
+    without a date and repo ids of mixed case: ties and nulls are where two ways of reading a
+    page could disagree."""
+    day = datetime(2026, 1, 1, tzinfo=UTC)
     HubModel.objects.bulk_create(
         HubModel(
             repo_id=f"{['Org', 'org', 'ORG'][i % 3]}-{i % 30}/{FAMILIES[i % 6]}-{i}",
             author=f"org-{i % 30}",
             family=FAMILIES[i % 6],
             downloads=i % 7 * 10,
+            last_template_change_at=None if i % 4 == 0 else day + timedelta(days=i % 5),
         )
         for i in range(600)
     )
 
 
-def test_a_capped_page_is_the_same_walked_or_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the cap a page sorted by downloads either walks the downloads index or sorts every
-    match: each page holds the same rows in the same order both ways, as PostgreSQL orders the
-    whole search; past `SORT_CAP` matches the sorted read gives way to the walk."""
+@pytest.mark.parametrize("order", sorted(catalog_module.SORTED_READ))
+def test_a_capped_page_is_the_same_walked_or_sorted(
+    monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Past the cap a page in one of the model's own orders either walks that order's index or
+    sorts every match: each page holds the same rows in the same order both ways, as the
+    catalog's order (`SORTS`) has them; past `SORT_CAP` matches the sorted read gives way to
+    the walk."""
     if connection.vendor != "postgresql":
         pytest.skip("the sorted read is PostgreSQL's")
     mixed_catalog()
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 20)
-    query = CatalogQuery(q="qwen")  # 100 models
-    ranked = HubModel.objects.search("qwen").order_by("-downloads", "repo_id")
+    query = CatalogQuery(q="qwen", sort=order)  # 100 models
+    ranked = HubModel.objects.search("qwen").order_by(*catalog_module.SORTS[order])
     expected = list(ranked.values_list("repo_id", flat=True))
     assert len(expected) == 100
 
@@ -261,7 +270,7 @@ def test_a_capped_page_is_the_same_walked_or_sorted(monkeypatch: pytest.MonkeyPa
     assert sum("MATERIALIZED" in sql for sql in sort_sql) == 4
     # A filter on the joined catalog row (none here: "no probe yet" matches them all) reads
     # the same matches, joined inside the sorted read.
-    joined = CatalogQuery(q="qwen", probe=ProbeStatus.NONE)
+    joined = CatalogQuery(q="qwen", probe=ProbeStatus.NONE, sort=order)
     walked, _ = pages(False, joined)
     sorted_, sort_sql = pages(True, joined)
     assert walked == sorted_ == expected
