@@ -135,10 +135,10 @@ def grow(total: int) -> None:
                 else now - timedelta(seconds=date_rng.randint(0, 2 * 365 * 86400)),
             )
         )
+    for model in batch:
+        model.reuse = rng.random()
     created = HubModel.objects.bulk_create(batch, batch_size=5000)
-    CatalogVerdict.objects.bulk_create(
-        [CatalogVerdict(model=m, reuse=rng.random()) for m in created], batch_size=5000
-    )
+    CatalogVerdict.objects.bulk_create([CatalogVerdict(model=m) for m in created], batch_size=5000)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE registry_hubmodel")
         cursor.execute("VACUUM ANALYZE registry_catalogverdict")

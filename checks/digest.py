@@ -29,9 +29,15 @@ def variant_key(variant: VariantResult) -> str:
     return "+".join(parts) or "default"
 
 
+#: The catalog row's columns (`registry.models.CatalogVerdict`): all of `ReportDigest` but reuse.
+CATALOG_ROW_FIELDS = ("thinking", "thinking_off", "thinking_on", "tools", "variants", "setups")
+
+
 @dataclass(frozen=True)
 class ReportDigest:
-    """The catalog's columns for one report (`registry.models.CatalogVerdict`)."""
+    """The catalog's columns for one report: the catalog row's (`fields`, for
+    `registry.models.CatalogVerdict`) and `reuse` (the model's own column, which the catalog's
+    "Prompt reuse" order walks)."""
 
     thinking: str
     thinking_off: str
@@ -45,15 +51,8 @@ class ReportDigest:
     reuse: float | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {
-            "thinking": self.thinking,
-            "thinking_off": self.thinking_off,
-            "thinking_on": self.thinking_on,
-            "tools": self.tools,
-            "variants": self.variants,
-            "setups": self.setups,
-            "reuse": self.reuse,
-        }
+        """The catalog row's columns (all but `reuse`)."""
+        return {name: getattr(self, name) for name in CATALOG_ROW_FIELDS}
 
 
 def _thinking_verdict(report: TemplateReport, value: bool) -> str:

@@ -153,7 +153,7 @@ def model_row(request: HttpRequest, row: CatalogRow) -> dict[str, Any]:
         "thinking_on": (catalog.thinking_on or None) if catalog else None,
         "tools": catalog.tools if catalog else None,
         "probe": catalog.probe if catalog else "none",
-        "reuse": catalog.reuse if catalog else None,
+        "reuse": row.reuse,
         "is_hybrid": row.is_hybrid,
         "format": row.format,
         "base_model": row.base_model,

@@ -36,7 +36,8 @@ PAGE_SIZE = 50
 
 SORTS: dict[str, tuple[Any, ...]] = {
     "downloads": ("-downloads", "repo_id"),
-    "reuse": (F("catalog_verdict__reuse").desc(nulls_last=True), "repo_id"),
+    # Models not checked yet (no figure) last.
+    "reuse": (F("reuse").desc(nulls_last=True), "repo_id"),
     # Models with no template yet (no date) last, on every database (PostgreSQL puts nulls
     # first in a descending order).
     "changed": (F("last_template_change_at").desc(nulls_last=True), "repo_id"),
@@ -87,9 +88,10 @@ MODEL_COLUMNS = (
     "last_template_change_at",
     "last_synced_at",
     "sync_error",
+    "reuse",
 )
 #: Its catalog row's (`CatalogVerdict`, joined: all None while a model has none yet).
-VERDICT_COLUMNS = ("thinking", "thinking_off", "thinking_on", "tools", "probe", "reuse")
+VERDICT_COLUMNS = ("thinking", "thinking_off", "thinking_on", "tools", "probe")
 LIST_FIELDS = MODEL_COLUMNS + tuple(f"catalog_verdict__{c}" for c in VERDICT_COLUMNS)
 
 
@@ -102,7 +104,6 @@ class RowVerdicts:
     thinking_on: str
     tools: str
     probe: str
-    reuse: float | None
 
     @property
     def thinking_badges(self) -> list[tuple[str, str]]:
@@ -130,6 +131,7 @@ class CatalogRow:
     last_template_change_at: datetime | None
     last_synced_at: datetime | None
     sync_error: str
+    reuse: float | None
     verdicts: RowVerdicts | None
     #: The verdict for the reader's setup, when one is chosen (`CatalogQuery.setup_active`).
     setup_verdict: str | None
@@ -354,11 +356,12 @@ SORT_MS_PER_MATCH = 0.005
 #: The sorted read reads at most this many matches; past it (the estimate was wrong) the page
 #: walks after all.
 SORT_CAP = 2000
-#: The orders the sorted read gives, as `SORTS` has them, over the model's own columns (not
-#: "reuse", which is the catalog row's). Each has an index that a page can walk, and the same
-#: trap: sorted by name, "org-42" walked 84,000 models to reach its repo ids (422 ms).
+#: The orders the sorted read gives, as `SORTS` has them, over the model's own columns. Each
+#: has an index that a page can walk, and the same trap: sorted by name, "org-42" walked 84,000
+#: models to reach its repo ids (422 ms).
 SORTED_READ = {
     "downloads": "downloads DESC, repo_id",
+    "reuse": "reuse DESC NULLS LAST, repo_id",
     "changed": "last_template_change_at DESC NULLS LAST, repo_id",
     "name": "repo_id",
 }
@@ -504,7 +507,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         Sorting joined to the verdicts, 500 matches were a hash join over every verdict (23
         ms), and asked as one sorted query PostgreSQL may walk the downloads index after all."""
         rows = cast("QuerySet[HubModel]", self.object_list).order_by()
-        columns = ("pk", "downloads", "last_template_change_at", "repo_id")
+        columns = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
         matches = rows.values_list(*columns)[: SORT_CAP + 1]
         sql, params = matches.query.sql_with_params()
         with connection.cursor() as cursor:

@@ -2,8 +2,8 @@
 
 A check's report is saved as a `CheckRun` (`save_run`); `refresh_verdicts` then computes the
 verdict of each model that uses the version (the worst over its named templates, once all are
-checked) and writes `HubModel.verdict`, the catalog row (`CatalogVerdict`) and a
-`verdict_changed` event for each flip, in one transaction. Nothing else writes those columns.
+checked) and writes `HubModel.verdict` and `HubModel.reuse`, the catalog row (`CatalogVerdict`)
+and a `verdict_changed` event for each flip, in one transaction. Nothing else writes those columns.
 Listing pages learn of it through `catalog_changed`, alerts through `events_recorded` (bulk
 writes send no post_save).
 """
@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from checks.digest import ReportDigest, digest
+from checks.digest import CATALOG_ROW_FIELDS, ReportDigest, digest
 from checks.engine import run_check
 from checks.options import ENGINE_VERSION
 from checks.rendering import CheckEnvironment, TemplateCache
@@ -202,6 +202,10 @@ def refresh_verdicts(
             verdict=verdict, verdict_summary=summary, verdict_updated_at=now
         )
     digests = _digests(set(catalog))
+    for run_id, ids in catalog.items():
+        if run_id in digests:  # only the models whose figure changes: each write is a new row
+            reuse = digests[run_id].reuse
+            HubModel.objects.filter(pk__in=ids).exclude(reuse=reuse).update(reuse=reuse)
     rows_to_write = [
         CatalogVerdict(model_id=model_id, **digests[run_id].fields())
         for run_id, ids in catalog.items()
@@ -213,7 +217,7 @@ def refresh_verdicts(
         rows_to_write,
         update_conflicts=True,
         unique_fields=["model"],
-        update_fields=list(ReportDigest.__dataclass_fields__),
+        update_fields=list(CATALOG_ROW_FIELDS),
         batch_size=1000,
     )
     # ignore_conflicts: a retried store records nothing twice (`key` is unique).

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.db.models import CharField
+from django.db.models.expressions import RawSQL
 from django.template import engines
 from django.test import Client
 from django.urls import reverse, set_script_prefix
@@ -16,14 +19,16 @@ from markupsafe import Markup
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from checks.digest import digest
+from checks.reports import TemplateReport
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
 from dashboard.jinja import form_menus
 from dashboard.templatetags.dashboard import model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
-from registry.models import CatalogVerdict, DiscoveryRun, HubModel, ModelStatus
-from registry.verdicts import latest_check
+from registry.models import DiscoveryRun, HubModel, ModelStatus
+from registry.verdicts import latest_check, refresh_verdicts
 from tests.dashboard_data import (
     HOSTILE_REPO,
     PENDING_REPO,
@@ -34,6 +39,8 @@ from tests.dashboard_data import (
 )
 
 pytestmark = pytest.mark.django_db
+#: A row's version on PostgreSQL: a write, even of the same values, gives it a new one.
+XMIN = RawSQL("xmin::text", (), output_field=CharField())
 
 # Writes an empty think block into assistant turns only with thinking off: that is exactly the
 # generation prompt then (cache-safe); otherwise the generation prompt opens `<think>\n`, which
@@ -355,7 +362,7 @@ def test_a_reuse_column_to_sort_by_and_summaries_that_keep_their_numbers(
 ) -> None:
     body = client.get("/", {"sort": "reuse"}).content.decode()
     assert "Prompt reuse</abbr>" in body
-    by_repo = dict(CatalogVerdict.objects.values_list("model__repo_id", "reuse"))
+    by_repo = dict(HubModel.objects.values_list("repo_id", "reuse"))
     shares = [by_repo.get(repo) for repo in rows(body)]
     known = [share for share in shares if share is not None]
     assert len(known) >= 2 and known == sorted(known, reverse=True)
@@ -365,6 +372,36 @@ def test_a_reuse_column_to_sort_by_and_summaries_that_keep_their_numbers(
     unsafe = body.split(f'href="/m/{catalog.unsafe.repo_id}/"')[1].split("</td>")[0]
     summary = unsafe.split('class="summary">')[1].split("</div>")[0]
     assert "%" in summary and ("can come from the cache" in summary)
+
+
+def test_a_checks_reuse_figure_lands_on_the_model_and_an_unchanged_one_writes_nothing(
+    catalog: Catalog,
+) -> None:
+    """`refresh_verdicts` puts the default template's reuse figure on the model (the catalog's
+    "Prompt reuse" order walks it there), and leaves a model whose figure did not change
+    unwritten: on PostgreSQL every write is a new row version that the catalog's indexes
+    carry until a vacuum."""
+    unsafe, safe = catalog.unsafe, catalog.safe
+    versions = [m.current_snapshot.default_template_id for m in (unsafe, safe)]  # type: ignore[union-attr]
+    run = latest_check(unsafe.current_snapshot.default_template)  # type: ignore[union-attr]
+    assert run is not None and run.report
+    expected = digest(TemplateReport.from_dict(run.report)).reuse
+    assert expected is not None and unsafe.reuse == expected
+    HubModel.objects.filter(pk=unsafe.pk).update(reuse=0.123)
+
+    def row_versions() -> dict[int, str]:
+        if connection.vendor != "postgresql":
+            return {}
+        return dict(HubModel.objects.filter(pk__in=[unsafe.pk, safe.pk]).values_list("pk", XMIN))
+
+    before = row_versions()
+    refresh_verdicts(versions)
+    after = row_versions()
+    unsafe.refresh_from_db()
+    assert unsafe.reuse == expected
+    if before:
+        assert after[unsafe.pk] != before[unsafe.pk]
+        assert after[safe.pk] == before[safe.pk]
 
 
 def test_catalog_rows_escape_hub_text_in_text_and_in_attributes(

@@ -73,3 +73,32 @@ def test_the_domain_tables_change_owner_with_every_row() -> None:
     tables = connection.introspection.table_names()
     assert {"registry_modelevent", "registry_lease", "registry_proberun"} <= set(tables)
     assert not {"workers_modelevent", "workers_proberun", "dashboard_catalogverdict"} & set(tables)
+
+
+def test_the_reuse_figures_move_to_the_model_and_back() -> None:
+    """Registry 0016 moves each catalog row's reuse figure onto its model (a model without a
+    row, or without a figure, has none), and going back puts every figure on its row again."""
+    before, after = (
+        [("registry", "0015_changed_order_index")],
+        [("registry", "0016_reuse_on_the_model")],
+    )
+    old = migrate(before)
+    hub_model = old.get_model("registry", "HubModel")
+    catalog_verdict = old.get_model("registry", "CatalogVerdict")
+    figures = {"org/high": 0.9, "org/none": None, "org/low": 0.25}
+    for repo_id, figure in figures.items():
+        model = hub_model.objects.create(repo_id=repo_id, author="org")
+        catalog_verdict.objects.create(model_id=model.pk, reuse=figure)
+    hub_model.objects.create(repo_id="org/unchecked", author="org")
+
+    new = migrate(after)
+    moved = dict(new.get_model("registry", "HubModel").objects.values_list("repo_id", "reuse"))
+    assert moved == figures | {"org/unchecked": None}
+    assert "reuse" not in {f.name for f in new.get_model("registry", "CatalogVerdict")._meta.fields}
+
+    back = migrate(before)
+    rows = back.get_model("registry", "CatalogVerdict").objects.values_list(
+        "model__repo_id", "reuse"
+    )
+    assert dict(rows) == figures
+    migrate(latest())

@@ -269,6 +269,11 @@ class HubModel(models.Model):
     )
     verdict_summary = models.TextField(blank=True)
     verdict_updated_at = models.DateTimeField(null=True, blank=True)
+    #: The catalog's "Prompt reuse" column: the mean share of the next prompt a prefix cache
+    #: keeps under the current default template's defaults (checks.digest), None until it is
+    #: checked. On the model, not its catalog row, so that order has an index to walk (registry
+    #: migration 0016). Written only by `registry.verdicts.refresh_verdicts`, with the row.
+    reuse = models.FloatField(null=True, blank=True)
 
     objects = HubModelQuerySet.as_manager()
 

@@ -78,8 +78,9 @@ class ProbeStatus(models.TextChoices):
 class CatalogVerdict(models.Model):
     """Per-variant verdicts of a model's current template, denormalized for the catalog.
 
-    Written only by `HubModel.objects.refresh_verdicts` (and the probe columns by
-    `ProbeRun.store_report`), in the transaction that changes what they copy.
+    Written only by `registry.verdicts.refresh_verdicts` (and the probe column by
+    `registry.verdicts.record_probe`), in the transaction that changes what they copy. The
+    reuse figure is the model's own (`HubModel.reuse`), written with the row.
     """
 
     model = models.OneToOneField(
@@ -101,9 +102,6 @@ class CatalogVerdict(models.Model):
     variants = models.JSONField(default=list, blank=True)
     #: {thinking: {client: {engine: verdict}}}: the verdict for each reader's setup.
     setups = models.JSONField(default=dict, blank=True)
-    #: Mean share of the next prompt a prefix cache keeps under the template's defaults, over
-    #: every request pair of every conversation (checks.digest): the catalog's reuse column.
-    reuse = models.FloatField(null=True, blank=True, db_index=True)
 
     def __str__(self) -> str:
         return f"{self.model_id}: thinking {self.thinking}, tools {self.tools}"
