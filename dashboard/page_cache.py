@@ -67,9 +67,9 @@ QUIET_FIELDS = frozenset(
     {"last_synced_at", "template_files", "history_complete", "history_from", "downloads", "likes"}
 )
 #: HubModel fields that a new verdict writes (`registry.verdicts`): they change what the model's
-#: pages and the listings showing it say, and which models a verdict filter lists, but not
-#: which models a search or any other filter lists.
-VERDICT_FIELDS = frozenset({"verdict", "verdict_summary", "verdict_updated_at"})
+#: pages and the listings showing it say, and which models a verdict filter (or the reuse
+#: order) lists, but not which models a search or any other filter lists.
+VERDICT_FIELDS = frozenset({"verdict", "verdict_summary", "verdict_updated_at", "reuse"})
 
 
 def seconds() -> int:

@@ -23,7 +23,7 @@ class HubModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", "verdict", "is_hybrid", "is_demo", "tracked_via")
     search_fields = ("repo_id", "author", "family")
     raw_id_fields = ("current_snapshot",)
-    readonly_fields = ("verdict", "verdict_summary", "verdict_updated_at")
+    readonly_fields = ("verdict", "verdict_summary", "verdict_updated_at", "reuse")
 
 
 @admin.register(TemplateVersion)
