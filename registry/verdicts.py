@@ -168,12 +168,16 @@ def refresh_verdicts(
     """
     rows = list(
         models_using(version_ids, model_ids).values(
-            "pk", "repo_id", "verdict", "verdict_summary", "current_snapshot_id",
+            "pk", "repo_id", "verdict", "verdict_summary", "reuse", "current_snapshot_id",
             "current_snapshot__default_template_id", "current_snapshot__tokenizer_json_sha",
         )
     )  # fmt: skip
     targets = _targets(rows)
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    digests = _digests({t.default_run_id for t in targets.values() if t is not None})
+    # By what the models' rows get: verdict, summary, reuse figure, and whether the verdict
+    # changed (else only the figure did). Only rows that change are written, each once: on
+    # PostgreSQL every write is a new row version with new entries in the catalog's indexes.
+    groups: dict[tuple[str, str, float | None, bool], list[int]] = defaultdict(list)
     catalog: dict[int, list[int]] = defaultdict(list)
     events: list[ModelEvent] = []
     now = timezone.now()
@@ -183,8 +187,11 @@ def refresh_verdicts(
             continue
         catalog[target.default_run_id].append(row["pk"])
         old = row["verdict"]
-        if (old, row["verdict_summary"]) != (target.verdict, target.summary):
-            groups[(target.verdict, target.summary)].append(row["pk"])
+        shown = digests.get(target.default_run_id)
+        reuse = shown.reuse if shown is not None else row["reuse"]
+        changed = (old, row["verdict_summary"]) != (target.verdict, target.summary)
+        if changed or reuse != row["reuse"]:
+            groups[(target.verdict, target.summary, reuse, changed)].append(row["pk"])
         if old != target.verdict and old != Verdict.PENDING:
             events.append(
                 ModelEvent(
@@ -197,15 +204,11 @@ def refresh_verdicts(
                     created_at=now,
                 )
             )
-    for (verdict, summary), ids in groups.items():
+    for (verdict, summary, reuse, changed), ids in groups.items():
+        moment = {"verdict_updated_at": now} if changed else {}
         HubModel.objects.filter(pk__in=ids).update(
-            verdict=verdict, verdict_summary=summary, verdict_updated_at=now
+            verdict=verdict, verdict_summary=summary, reuse=reuse, **moment
         )
-    digests = _digests(set(catalog))
-    for run_id, ids in catalog.items():
-        if run_id in digests:  # only the models whose figure changes: each write is a new row
-            reuse = digests[run_id].reuse
-            HubModel.objects.filter(pk__in=ids).exclude(reuse=reuse).update(reuse=reuse)
     rows_to_write = [
         CatalogVerdict(model_id=model_id, **digests[run_id].fields())
         for run_id, ids in catalog.items()
@@ -226,7 +229,7 @@ def refresh_verdicts(
         events_recorded.send(sender=ModelEvent)
     # A base that turned cache-safe, or a derivative whose verdict says it is not: who still
     # carries a template its base has fixed.
-    record_stale_fixes(pk for ids in groups.values() for pk in ids)
+    record_stale_fixes(pk for key, ids in groups.items() if key[3] for pk in ids)
     if groups or rows_to_write:
         catalog_changed.send(
             sender=HubModel,

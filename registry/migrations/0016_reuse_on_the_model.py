@@ -4,7 +4,8 @@ last, then the repo id). On the catalog row no index could give that order: a br
 sorted by it joined every match to every catalog row and sorted them all, 40.6 ms for "mistral"
 at 100,000 models (docs/dashboard.md, "Sorted by prompt reuse"). SQLite (`make run`) cannot
 index `NULLS LAST`, and sorts its small catalogs without it. The figures are copied over, both
-ways.
+ways. The copy writes every checked model's row once, with its entries in the catalog's
+indexes: 44 s for 100,000 models on PostgreSQL (2 cores), once.
 """
 
 from __future__ import annotations
