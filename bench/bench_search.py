@@ -8,8 +8,13 @@ as the results alone (what search as you type asks htmx for) and through the JSO
 and a trivial Django view; the report gives the p50 of each beside the trivial view's, the
 same run.
 
+Then it runs one sync cycle over the 100,000 (every row written once, as a sync of unchanged
+repos writes them, with autovacuum's pace) and measures again: the table as deployed, not as
+the bulk load left it.
+
 Target (issue "fast under churn and at 100k"): search p50 within 5x of the trivial view at
-100,000 models, and flat from 10,000 to 100,000. It also prints the plan of a narrow search.
+100,000 models, fresh and after a sync, and flat from 10,000 to 100,000. It also prints the
+plan of a narrow search.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ ROUNDS = 30  # each term this many times per size
 TYPING = " (typing)"
 #: The JSON API's list, the same search for a script (counted as the page counts).
 API = " (API)"
+#: The last column: the 100,000 models after one sync cycle (`churn`).
+SYNCED = "after a sync"
 TERMS = {
     "narrow (one repo)": "stripes-42",
     "family": "mistral",
@@ -144,6 +151,46 @@ def grow(total: int) -> None:
         cursor.execute("VACUUM ANALYZE registry_catalogverdict")
 
 
+#: A sync cycle writes every model's row (`record_unchanged`: the sync time, and downloads when
+#: they moved), oldest sync first, while autovacuum frees the dead rows each time a fifth of the
+#: table has changed (its default scale factor). After one, the rows of a search are no longer
+#: where the bulk load put them, and the table holds free space: the catalog as deployed.
+CHURN_BATCH = 1000
+VACUUM_EVERY = 20_000
+
+
+def churn() -> None:
+    """One sync cycle over every model; run in the bench env."""
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.db.models import F
+    from django.utils import timezone
+
+    from registry.models import HubModel
+
+    rng = random.Random(7)
+    keys = list(
+        HubModel.objects.order_by(F("last_synced_at").asc(nulls_first=True), "id").values_list(
+            "pk", flat=True
+        )
+    )
+    for start in range(0, len(keys), CHURN_BATCH):
+        batch = keys[start : start + CHURN_BATCH]
+        moved = {pk for pk in batch if rng.random() < 1 / 3}  # downloads moved for a third
+        now = timezone.now()
+        HubModel.objects.filter(pk__in=set(batch) - moved).update(last_synced_at=now)
+        HubModel.objects.filter(pk__in=moved).update(
+            last_synced_at=now, downloads=F("downloads") + 1
+        )
+        if (start + CHURN_BATCH) % VACUUM_EVERY == 0:
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE registry_hubmodel")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE registry_hubmodel")
+
+
 def plan(term: str) -> str:
     import django
 
@@ -216,6 +263,9 @@ def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--grow":
         grow(int(sys.argv[2]))
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--churn":
+        churn()
+        return 0
     if len(sys.argv) > 2 and sys.argv[1] == "--plan":
         print(plan(sys.argv[2]))
         return 0
@@ -232,14 +282,16 @@ def main() -> int:
             env=env,
             check=True,
         )
-        results = {}
-        for size in SIZES:
+        results: dict[str, dict[str, float]] = {}
+        steps = [(f"{size:,} models", ["--grow", str(size)]) for size in SIZES]
+        steps.append((SYNCED, ["--churn"]))
+        for column, step in steps:
             started = time.monotonic()
-            subprocess.run([python, __file__, "--grow", str(size)], cwd=ROOT, env=env, check=True)
-            print(f"{size:,} models ready in {time.monotonic() - started:.0f} s", flush=True)
+            subprocess.run([python, __file__, *step], cwd=ROOT, env=env, check=True)
+            print(f"{column} ready in {time.monotonic() - started:.0f} s", flush=True)
             server, port = serve(python, env)
             try:
-                results[size] = measure(port)
+                results[column] = measure(port)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -249,23 +301,20 @@ def main() -> int:
         print(
             f"\nuncached, one client, p50 ms over {ROUNDS} rounds (load average {' '.join(load)})"
         )
-        header = "".join(f"{f'{s:,} models':>16}{'/ trivial':>11}" for s in SIZES)
+        columns = list(results)
+        header = "".join(f"{column:>16}{'/ trivial':>11}" for column in columns)
         print(f"{'request':<44}{header}{'100k / 10k':>12}")
-        worst = worst_typing = worst_api = 0.0
-        for label in results[SIZES[0]]:
+        worst: dict[str, float] = {}  # per kind of request, over the 100,000-model columns
+        for label in results[columns[0]]:
             row = f"{label:<44}"
-            for size in SIZES:
-                p50 = results[size][label]
-                ratio = p50 / results[size]["trivial view"]
+            for column in columns:
+                p50 = results[column][label]
+                ratio = p50 / results[column]["trivial view"]
                 row += f"{p50:>16.1f}{ratio:>10.1f}x"
-                if size == SIZES[-1] and label != "trivial view":
-                    if label.endswith(TYPING):
-                        worst_typing = max(worst_typing, ratio)
-                    elif label.endswith(API):
-                        worst_api = max(worst_api, ratio)
-                    else:
-                        worst = max(worst, ratio)
-            growth = results[SIZES[-1]][label] / results[SIZES[0]][label]
+                if column != columns[0] and label != "trivial view":
+                    kind = TYPING if label.endswith(TYPING) else API if label.endswith(API) else ""
+                    worst[kind] = max(worst.get(kind, 0.0), ratio)
+            growth = results[columns[1]][label] / results[columns[0]][label]
             print(f"{row}{growth:>11.2f}x")
         print(f"\nplan of a narrow search at {SIZES[-1]:,} models:")
         print(
@@ -278,10 +327,13 @@ def main() -> int:
                 text=True,
             ).stdout
         )
-        verdict = "met" if worst <= 5 else f"not met (worst {worst:.1f}x)"
-        print(f"target: every search within 5x of the trivial view at {SIZES[-1]:,}: {verdict}")
-        print(f"search as you type (the results alone), worst: {worst_typing:.1f}x")
-        print(f"the JSON API's list, worst: {worst_api:.1f}x")
+        verdict = "met" if worst[""] <= 5 else f"not met (worst {worst['']:.1f}x)"
+        print(
+            f"target: every search within 5x of the trivial view at {SIZES[-1]:,}, "
+            f"fresh and after a sync: {verdict}"
+        )
+        print(f"search as you type (the results alone), worst: {worst[TYPING]:.1f}x")
+        print(f"the JSON API's list, worst: {worst[API]:.1f}x")
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
