@@ -1,12 +1,12 @@
 """Benchmark the catalog search as the catalog grows: `make bench BENCH=search`.
 
 A PostgreSQL database of its own (created and dropped here) grows to 10,000 and then 100,000
-models (each with a catalog row, as the checks leave them), served by gunicorn on 127.0.0.1
-with the page cache off. At each size one client, one request after another, asks the catalog
-for every search term (long and short, narrow and broad, prefixes of names), as a whole page,
-as the results alone (what search as you type asks htmx for) and through the JSON API's list,
-and a trivial Django view; the report gives the p50 of each beside the trivial view's, the
-same run.
+models (each with a catalog row, as the checks leave them), served by gunicorn as deployed
+(`cachesafe/webserver.py`) on 127.0.0.1 with the page cache off. At each size one client,
+one request after another, asks the catalog for every search term (long and short, narrow and
+broad, prefixes of names), as a whole page, as the results alone (what search as you type
+asks htmx for) and through the JSON API's list, and a trivial Django view; the report gives
+the p50 of each beside the trivial view's, the same run, and each request's first ask.
 
 Then it runs one sync cycle over the 100,000 (every row written once, as a sync of unchanged
 repos writes them, with autovacuum's pace) and measures again: the table as deployed, not as
@@ -20,6 +20,7 @@ plan of a narrow search.
 from __future__ import annotations
 
 import http.client
+import os
 import random
 import shutil
 import statistics
@@ -218,8 +219,9 @@ def timed(port: int, path: str, htmx: bool = False) -> float:
     return elapsed
 
 
-def measure(port: int) -> dict[str, float]:
-    """p50 in ms of each term and of the trivial view, interleaved, one client."""
+def measure(port: int) -> tuple[dict[str, float], list[float]]:
+    """p50 in ms of each term and of the trivial view, interleaved, one client; and the time of
+    each request's first ask, in order, on the new server (the cold case)."""
     searches = {label: {"q": term} for label, term in TERMS.items()} | {
         label: {"q": term, "sort": sort} for label, (term, sort) in ORDERED.items()
     }
@@ -230,13 +232,13 @@ def measure(port: int) -> dict[str, float]:
     requests += [(label + TYPING, paths[label], True) for label in searches]
     api = {label: "/api/models?" + urlencode(params) for label, params in searches.items()}
     requests += [(label + API, path, False) for label, path in api.items()]
-    for _, path, htmx in requests:
-        timed(port, path, htmx)  # imports, template loading, connections
+    # The first asks: imports, URLs, templates, connections, the table's size.
+    first = [timed(port, path, htmx) * 1000 for _, path, htmx in requests]
     times: dict[str, list[float]] = {label: [] for label, _, _ in requests}
     for _ in range(ROUNDS):
         for label, path, htmx in requests:
             times[label].append(timed(port, path, htmx))
-    return {label: statistics.median(t) * 1000 for label, t in times.items()}
+    return {label: statistics.median(t) * 1000 for label, t in times.items()}, first
 
 
 def serve(python: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
@@ -245,10 +247,14 @@ def serve(python: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], in
         [
             str(Path(python).parent / "gunicorn"),
             "cachesafe.wsgi",
+            # As deployed (cachesafe/webserver.py): the application loaded in the master, the
+            # workers and threads forked from it. Until 2026-11-26, two plain workers.
+            "--config",
+            "python:cachesafe.webserver",
             "-b",
             f"127.0.0.1:{port}",
-            "-w",
-            "2",
+            "--access-logfile",
+            os.devnull,
             "--log-level",
             "warning",
         ],  # fmt: skip
@@ -283,6 +289,7 @@ def main() -> int:
             check=True,
         )
         results: dict[str, dict[str, float]] = {}
+        cold: dict[str, list[float]] = {}
         steps = [(f"{size:,} models", ["--grow", str(size)]) for size in SIZES]
         steps.append((SYNCED, ["--churn"]))
         for column, step in steps:
@@ -291,7 +298,7 @@ def main() -> int:
             print(f"{column} ready in {time.monotonic() - started:.0f} s", flush=True)
             server, port = serve(python, env)
             try:
-                results[column] = measure(port)
+                results[column], cold[column] = measure(port)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -316,6 +323,14 @@ def main() -> int:
                     worst[kind] = max(worst.get(kind, 0.0), ratio)
             growth = results[columns[1]][label] / results[columns[0]][label]
             print(f"{row}{growth:>11.2f}x")
+        print("\ncold: each request's first ask on a new server, as deployed, ms")
+        for column, first in cold.items():
+            pages = sorted(first[1:])  # the searches; the first ask of all is the trivial view
+            print(
+                f"{column:<16} the server's first request {first[0]:.1f}, the first search "
+                f"{first[1]:.1f}; every request's first ask p50 {statistics.median(pages):.1f}, "
+                f"max {pages[-1]:.1f}"
+            )
         print(f"\nplan of a narrow search at {SIZES[-1]:,} models:")
         print(
             subprocess.run(
