@@ -360,6 +360,23 @@ def churn(writes_per_second: float = 2.0) -> None:
         time.sleep(1 / writes_per_second)
 
 
+def gunicorn_as_deployed(python: str, port: int) -> list[str]:
+    """The command serving the application as deployed, on 127.0.0.1:`port`: the image's
+    processes and threads (cachesafe/webserver.py), no access log."""
+    return [
+        str(Path(python).parent / "gunicorn"),
+        "cachesafe.wsgi",
+        "--config",
+        "python:cachesafe.webserver",
+        "-b",
+        f"127.0.0.1:{port}",
+        "--access-logfile",
+        os.devnull,
+        "--log-level",
+        "warning",
+    ]
+
+
 def series(
     python: str,
     env: dict[str, str],
@@ -373,19 +390,7 @@ def series(
     churn writer running beside it if asked)."""
     port = free_port()
     server = subprocess.Popen(
-        [
-            str(Path(python).parent / "gunicorn"),
-            "cachesafe.wsgi",
-            # As deployed: the image's processes and threads (cachesafe/webserver.py).
-            "--config",
-            "python:cachesafe.webserver",
-            "-b",
-            f"127.0.0.1:{port}",
-            "--access-logfile",
-            os.devnull,
-            "--log-level",
-            "warning",
-        ],
+        gunicorn_as_deployed(python, port),
         cwd=ROOT,
         env={**env, "BENCH_PAGE_CACHE_SECONDS": str(cache_seconds)},
     )

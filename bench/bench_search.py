@@ -20,7 +20,6 @@ plan of a narrow search.
 from __future__ import annotations
 
 import http.client
-import os
 import random
 import shutil
 import statistics
@@ -38,6 +37,7 @@ from bench_pages import (
     admin,
     environment,
     free_port,
+    gunicorn_as_deployed,
     wait_for,
 )
 
@@ -243,21 +243,10 @@ def measure(port: int) -> tuple[dict[str, float], list[float]]:
 
 def serve(python: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
+    # As deployed: the application loaded in the master, the workers and threads forked from
+    # it. Until 2026-11-26, two plain workers.
     server = subprocess.Popen(
-        [
-            str(Path(python).parent / "gunicorn"),
-            "cachesafe.wsgi",
-            # As deployed (cachesafe/webserver.py): the application loaded in the master, the
-            # workers and threads forked from it. Until 2026-11-26, two plain workers.
-            "--config",
-            "python:cachesafe.webserver",
-            "-b",
-            f"127.0.0.1:{port}",
-            "--access-logfile",
-            os.devnull,
-            "--log-level",
-            "warning",
-        ],  # fmt: skip
+        gunicorn_as_deployed(python, port),
         cwd=ROOT,
         env={**env, "BENCH_PAGE_CACHE_SECONDS": "0"},
     )

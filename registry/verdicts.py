@@ -229,7 +229,7 @@ def refresh_verdicts(
         events_recorded.send(sender=ModelEvent)
     # A base that turned cache-safe, or a derivative whose verdict says it is not: who still
     # carries a template its base has fixed.
-    record_stale_fixes(pk for key, ids in groups.items() if key[3] for pk in ids)
+    record_stale_fixes(pk for (*_, changed), ids in groups.items() if changed for pk in ids)
     if groups or rows_to_write:
         catalog_changed.send(
             sender=HubModel,
