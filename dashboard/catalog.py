@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
@@ -353,8 +354,8 @@ MAX_PAGES = 20
 WALK_MS_PER_MODEL = 0.002
 SORT_MS = 2.0
 SORT_MS_PER_MATCH = 0.005
-#: The sorted read reads at most this many matches; past it (the estimate was wrong) the page
-#: walks after all.
+#: The sorted read reads at most this many matches, and never more than the number past which
+#: the walk costs less (`break_even`); past it (the estimate was low) the page walks after all.
 SORT_CAP = 2000
 #: The orders the sorted read gives, as `SORTS` has them, over the model's own columns. Each
 #: has an index that a page can walk, and the same trap: sorted by name, "org-42" walked 84,000
@@ -399,9 +400,11 @@ def matches_estimate(blocks: list[int], table: int) -> float | None:
     PostgreSQL reads a table's blocks in order (a bitmap scan from the first, a sequential scan
     from where the last one stopped, wrapping at the end), so they span about len(blocks) / N
     of the table. Dead rows spread through the table change nothing; dead rows in one place
-    (a mass delete not yet vacuumed) count as blocks crossed, and only make the plan the walk
-    more often. None when the blocks are not in that order (an index scan) or the table's size
-    is unknown."""
+    (a mass delete not yet vacuumed), or matches sparser at the table's start than further on
+    (rows a sync rewrote elsewhere), count as blocks crossed and make the estimate low, so the
+    page sorts where it should walk: the sorted read then stops at `break_even` matches.
+    None when the blocks are not in that order (an index scan) or the table's size is
+    unknown."""
     if len(blocks) < 2 or table <= 0:
         return None
     wraps = sum(1 for a, b in zip(blocks, blocks[1:], strict=False) if b < a)
@@ -409,6 +412,15 @@ def matches_estimate(blocks: list[int], table: int) -> float | None:
         return None
     span = (blocks[-1] - blocks[0]) % table + 1
     return len(blocks) * table / span
+
+
+def break_even(top: int, models: float) -> float:
+    """The number of matches at which reading every match and sorting them costs what walking
+    the order's index costs to find the first `top` (`SORT_MS` + `SORT_MS_PER_MATCH` m against
+    `WALK_MS_PER_MODEL` top models / m): with fewer the sorted read is cheaper, with more the
+    walk. About 1,240 for a first page at 100,000 models, 1,820 for the second."""
+    a, b, c = SORT_MS_PER_MATCH, SORT_MS, WALK_MS_PER_MODEL * top * models
+    return (math.sqrt(b * b + 4 * a * c) - b) / (2 * a)
 
 
 class CatalogPage(Page):  # type: ignore[type-arg]
@@ -472,7 +484,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         bottom = (number - 1) * self.per_page
         if self.capped:
             top = bottom + self.per_page + 1
-            shown = self._sorted_rows(bottom, top) if self.sorts(top) else None
+            most = self.sort_limit(top)
+            shown = None if most is None else self._sorted_rows(bottom, top, most)
             if shown is None:
                 shown = self._rows(self.object_list, bottom, top)
             more = len(shown) > self.per_page and number < MAX_PAGES
@@ -482,25 +495,32 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         rows = self.query.by_keys(self.keys)
         return Page(self._rows(rows, bottom, bottom + self.per_page), number, self)
 
-    def sorts(self, top: int) -> bool:
-        """Whether the first `top` rows of a search past the cap are cheaper read by sorting
-        every match than by walking the order's index (`WALK_MS_PER_MODEL`, measured on the
-        downloads index; the others cost the same a model)."""
+    def sort_limit(self, top: int) -> int | None:
+        """The most matches the sorted read may read for the first `top` rows of a search past
+        the cap, when sorting every match looks cheaper than walking the order's index
+        (`WALK_MS_PER_MODEL`, measured on the downloads index; the others cost the same a
+        model); None when the walk does. The limit is where the walk becomes the cheaper
+        (`break_even`, within `SORT_CAP`), so a low estimate costs at most that many matches
+        read before the walk. Most of what it costs is building the search's bitmap, which
+        the limit does not shorten: "qwen gguf" at 100,000 models (2,705 matches), its
+        estimate forced to 1,000, took 28.6 to 29.7 ms a page against 30.3 to 30.8 reading
+        on to `SORT_CAP`, and 18.1 to 20.4 walking at once (docs/dashboard.md, "When the
+        estimate is low")."""
         blocks = [block for _, block in self.found if block is not None]
         if self.query.sort not in SORTED_READ or not blocks or len(blocks) < len(self.found):
-            return False
+            return None
         table, per_block = table_blocks()
         if max(blocks) >= table:  # the table grew since its size was read
             table, per_block = table_blocks(refresh=True)
         matches = matches_estimate(blocks, table)
-        if matches is None or matches > SORT_CAP or per_block <= 0:  # (<= 0: never analyzed)
-            return False
-        walked = top * table * per_block / matches  # the models tested to find `top` matches
-        return SORT_MS + SORT_MS_PER_MATCH * matches < WALK_MS_PER_MODEL * walked
+        if matches is None or per_block <= 0:  # (<= 0: never analyzed)
+            return None
+        most = min(SORT_CAP, int(break_even(top, table * per_block)))
+        return most if matches < most else None
 
-    def _sorted_rows(self, bottom: int, top: int) -> list[CatalogRow] | None:
+    def _sorted_rows(self, bottom: int, top: int, most: int) -> list[CatalogRow] | None:
         """Rows `bottom` to `top` from every match, sorted, or None when there are more than
-        `SORT_CAP`. One query reads the matches (the search's own, unordered, as the count
+        `most`. One query reads the matches (the search's own, unordered, as the count
         reads them) into a materialized set, counts and sorts it, and gives the page's keys;
         the rows are then read by key. The order is PostgreSQL's, as the walk's (ties by repo
         id in its collation), so a search pages the same whichever way each page was read.
@@ -508,7 +528,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         ms), and asked as one sorted query PostgreSQL may walk the downloads index after all."""
         rows = cast("QuerySet[HubModel]", self.object_list).order_by()
         columns = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
-        matches = rows.values_list(*columns)[: SORT_CAP + 1]
+        matches = rows.values_list(*columns)[: most + 1]
         sql, params = matches.query.sql_with_params()
         with connection.cursor() as cursor:
             cursor.execute(
@@ -518,7 +538,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
                 (*params, top - bottom, bottom),
             )
             page = cursor.fetchall()
-        if page and page[0][1] > SORT_CAP:
+        if page and page[0][1] > most:
             return None
         keys = [pk for pk, _ in page]
         return self._rows(self.query.by_keys(keys), 0, len(keys)) if keys else []

@@ -254,8 +254,8 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
 ) -> None:
     """Past the cap a page in one of the model's own orders either walks that order's index or
     sorts every match: each page holds the same rows in the same order both ways, as the
-    catalog's order (`SORTS`) has them; past `SORT_CAP` matches the sorted read gives way to
-    the walk."""
+    catalog's order (`SORTS`) has them; past the matches it may read (`sort_limit`) the
+    sorted read gives way to the walk."""
     if connection.vendor != "postgresql":
         pytest.skip("the sorted read is PostgreSQL's")
     mixed_catalog()
@@ -265,8 +265,11 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     expected = list(ranked.values_list("repo_id", flat=True))
     assert len(expected) == 100
 
-    def pages(sort: bool, query: CatalogQuery = query) -> tuple[list[str], list[str]]:
-        monkeypatch.setattr(catalog_module.CappedPaginator, "sorts", lambda self, top: sort)
+    def pages(
+        sort: bool, query: CatalogQuery = query, most: int = catalog_module.SORT_CAP
+    ) -> tuple[list[str], list[str]]:
+        limit = most if sort else None
+        monkeypatch.setattr(catalog_module.CappedPaginator, "sort_limit", lambda self, top: limit)
         shown, sql = [], []
         for number in range(1, 5):
             paginator = catalog_module.CappedPaginator(query, 30)
@@ -289,8 +292,7 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     sorted_, sort_sql = pages(True, joined)
     assert walked == sorted_ == expected
     assert any("MATERIALIZED" in sql and "JOIN" in sql for sql in sort_sql)
-    monkeypatch.setattr(catalog_module, "SORT_CAP", 99)  # more matches than it reads
-    walked_after_all, sql = pages(True)
+    walked_after_all, sql = pages(True, most=99)  # more matches than it reads
     assert walked_after_all == expected
     assert sum("MATERIALIZED" in q for q in sql) == 4  # tried, then walked
 
@@ -320,10 +322,71 @@ def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
             blocks = [block for _, block in paginator.found]
             table, _ = catalog_module.table_blocks()
             assert 10 <= catalog_module.matches_estimate(blocks, table) <= 40  # type: ignore[arg-type,operator]
-        assert paginator.sorts(11) is sorts, term
+        assert (paginator.sort_limit(11) is not None) is sorts, term
         with CaptureQueriesContext(connection) as queries:
             body = client.get("/", {"q": term}).content.decode()
         assert any("MATERIALIZED" in q["sql"] for q in queries.captured_queries) is sorts
         expected = HubModel.objects.search(term).order_by("-downloads", "repo_id")
         for repo_id in expected.values_list("repo_id", flat=True)[:10]:
             assert repo_id in body
+
+
+def test_the_walk_and_the_sorted_read_cost_the_same_at_the_break_even() -> None:
+    """`break_even` is where the two costs meet: fewer matches sort for less, more walk for
+    less; it grows with the page's depth and the catalog."""
+    for top, models in ((11, 6_000.0), (51, 100_000.0), (101, 100_000.0), (1001, 100_000.0)):
+        even = catalog_module.break_even(top, models)
+
+        def sort_ms(m: float) -> float:
+            return catalog_module.SORT_MS + catalog_module.SORT_MS_PER_MATCH * m
+
+        def walk_ms(m: float, top: int = top, models: float = models) -> float:
+            return catalog_module.WALK_MS_PER_MODEL * top * models / m
+
+        assert sort_ms(even) == pytest.approx(walk_ms(even))
+        assert sort_ms(even * 0.9) < walk_ms(even * 0.9)
+        assert sort_ms(even * 1.1) > walk_ms(even * 1.1)
+    assert 1_200 < catalog_module.break_even(51, 100_000) < 1_300
+    assert catalog_module.break_even(101, 100_000) > catalog_module.break_even(51, 100_000)
+    assert catalog_module.break_even(51, 100_000) > catalog_module.break_even(51, 10_000)
+
+
+def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Matches sparse at the table's start and dense at its end (as rows a sync rewrote end
+    up): the count's keys cross most of the table, so the estimate is a fraction of the
+    truth and the page tries the sorted read. It reads no more matches than the number where
+    the walk becomes cheaper, then walks, and the page is still the catalog's order."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the sorted read is PostgreSQL's")
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    monkeypatch.setattr(catalog_module, "_table", [])
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE registry_hubmodel CASCADE")
+    rows = [
+        HubModel(
+            repo_id=f"org-{i % 300}/{'okapi' if i % 300 == 0 else 'plain'}-{i}",
+            author=f"org-{i % 300}",
+            downloads=i % 97,
+        )
+        for i in range(3_600)  # 12 sparse matches, one every 300 models
+    ]
+    rows += [HubModel(repo_id=f"dense/okapi-{i}", downloads=i % 89) for i in range(1_000)]
+    HubModel.objects.bulk_create(rows)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+    paginator = catalog_module.CappedPaginator(CatalogQuery(q="okapi"), 10)
+    assert paginator.capped
+    table, per_block = catalog_module.table_blocks()
+    blocks = [block for _, block in paginator.found if block is not None]
+    estimate = catalog_module.matches_estimate(blocks, table)
+    assert estimate is not None and estimate < 40  # 1,012 match
+    most = paginator.sort_limit(11)
+    assert most == int(catalog_module.break_even(11, table * per_block)) < 100
+    with CaptureQueriesContext(connection) as queries:
+        page = paginator.page(1)
+    sorted_reads = [q["sql"] for q in queries.captured_queries if "MATERIALIZED" in q["sql"]]
+    assert len(sorted_reads) == 1 and f"LIMIT {most + 1})" in sorted_reads[0]
+    expected = HubModel.objects.search("okapi").order_by("-downloads", "repo_id")
+    assert [row.repo_id for row in page] == list(expected.values_list("repo_id", flat=True)[:10])
