@@ -129,8 +129,9 @@ def project_templates() -> list[tuple[Any, str]]:
     return found
 
 
-def when_ready(server: Any) -> None:
-    """gunicorn's hook, in the master before the first workers are forked."""
+def on_starting(server: Any) -> None:
+    """gunicorn's hook, in the master once the application is loaded (`preload_app`) and
+    before it listens: a request that comes in at once waits for a worker, not for this."""
     if server.cfg.preload_app:
         load_before_fork()
 
