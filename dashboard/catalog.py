@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
@@ -370,6 +371,14 @@ SORTED_READ = {
 #: never the rows.
 TABLE_SECONDS = 60.0
 _table: list[tuple[float, int, float]] = []
+#: What a process's sorted reads learned: a search (its filters, whatever its order and page)
+#: has more matches than one of them read, and when. For `TABLE_SECONDS` its pages take that
+#: as the least their estimate can be, so a search whose keys' blocks underestimate it (rows
+#: a sync or a migration moved) walks from its second page view on instead of trying the
+#: sorted read every time. At most `LEARNED_SEARCHES`, the oldest forgotten first.
+_more_than: dict[CatalogQuery, tuple[float, int]] = {}
+LEARNED_SEARCHES = 1000
+_learning = threading.Lock()
 #: The heap block of a row, read with the keys: where the scan found it.
 BLOCK = RawSQL(
     f'("{HubModel._meta.db_table}".ctid::text::point)[0]::bigint',
@@ -479,7 +488,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         4.6 in one process (its query built and compiled twice over, and planned with the
         search's estimates: PostgreSQL guesses 2% of the catalog matches a short word, and for
         a rare one it walked the downloads index through every model to fill a page, 70 ms).
-        Over the cap, the page walks the order's index, or sorts the matches (`sorts`)."""
+        Over the cap, the page walks the order's index, or sorts the matches
+        (`sort_limit`)."""
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
         if self.capped:
@@ -487,6 +497,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             most = self.sort_limit(top)
             shown = None if most is None else self._sorted_rows(bottom, top, most)
             if shown is None:
+                if most is not None:
+                    self._learn_more_than(most)
                 shown = self._rows(self.object_list, bottom, top)
             more = len(shown) > self.per_page and number < MAX_PAGES
             return CatalogPage(shown[: self.per_page], number, self, more)
@@ -515,8 +527,23 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         matches = matches_estimate(blocks, table)
         if matches is None or per_block <= 0:  # (<= 0: never analyzed)
             return None
+        learned = _more_than.get(self.matching)
+        if learned is not None and time.monotonic() - learned[0] < TABLE_SECONDS:
+            matches = max(matches, learned[1] + 1)
         most = min(SORT_CAP, int(break_even(top, table * per_block)))
         return most if matches < most else None
+
+    @property
+    def matching(self) -> CatalogQuery:
+        """The search as far as its matches go: the same whatever its order and page."""
+        return replace(self.query, sort="", page="")
+
+    def _learn_more_than(self, read: int) -> None:
+        with _learning:  # a web process's threads share what it learned
+            _more_than.pop(self.matching, None)  # (re)inserted last: the newest
+            _more_than[self.matching] = (time.monotonic(), read)
+            while len(_more_than) > LEARNED_SEARCHES:
+                del _more_than[next(iter(_more_than))]
 
     def _sorted_rows(self, bottom: int, top: int, most: int) -> list[CatalogRow] | None:
         """Rows `bottom` to `top` from every match, sorted, or None when there are more than

@@ -52,6 +52,17 @@ def broker_not_known_down() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def nothing_learned_of_searches() -> Iterator[None]:
+    """What a process learned of a search's matches (`dashboard.catalog._more_than`) holds
+    for the tables of the test that learned it, not the next test's."""
+    from dashboard import catalog
+
+    catalog._more_than.clear()
+    yield
+    catalog._more_than.clear()
+
+
+@pytest.fixture(autouse=True)
 def fresh_page_cache(request: pytest.FixtureRequest) -> None:
     """Each database test starts a new generation of every cached page. A test's writes never
     commit, so they bump nothing (bumps go out after commit), and Redis outlives the test: a

@@ -357,7 +357,9 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
     """Matches sparse at the table's start and dense at its end (as rows a sync rewrote end
     up): the count's keys cross most of the table, so the estimate is a fraction of the
     truth and the page tries the sorted read. It reads no more matches than the number where
-    the walk becomes cheaper, then walks, and the page is still the catalog's order."""
+    the walk becomes cheaper, then walks, and the page is still the catalog's order. The
+    process remembers it: the same search's next pages, in any order, walk at once, until
+    the table's size is read again."""
     if connection.vendor != "postgresql":
         pytest.skip("the sorted read is PostgreSQL's")
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
@@ -390,3 +392,19 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
     assert len(sorted_reads) == 1 and f"LIMIT {most + 1})" in sorted_reads[0]
     expected = HubModel.objects.search("okapi").order_by("-downloads", "repo_id")
     assert [row.repo_id for row in page] == list(expected.values_list("repo_id", flat=True)[:10])
+
+    def sorting_reads(query: CatalogQuery) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            catalog_module.CappedPaginator(query, 10).page(1)
+        return sum("MATERIALIZED" in q["sql"] for q in queries.captured_queries)
+
+    assert sorting_reads(CatalogQuery(q="okapi")) == 0
+    assert sorting_reads(CatalogQuery(q="okapi", sort="name")) == 0
+    assert sorting_reads(CatalogQuery(q="okap")) == 1  # another search, the same rows
+    learned = catalog_module._more_than[CatalogQuery(q="okapi", sort="", page="")]
+    assert learned[1] == most
+    catalog_module._more_than[CatalogQuery(q="okapi", sort="", page="")] = (
+        learned[0] - catalog_module.TABLE_SECONDS - 1,
+        learned[1],
+    )
+    assert sorting_reads(CatalogQuery(q="okapi")) == 1  # forgotten: tried again
