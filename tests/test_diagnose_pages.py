@@ -115,6 +115,17 @@ def test_the_page_diagnoses_pasted_requests_and_stores_nothing(client: Client) -
     assert HubModel.objects.count() == before  # nothing tracked, nothing kept
 
 
+def test_the_page_says_when_nothing_missed(client: Client) -> None:
+    """A pair whose next request begins with the whole of the previous one is no miss, and
+    the page says so rather than leaving a reader to make sense of "none" and a share."""
+    pasted = "\n".join(json.dumps(body) for body in conversation())
+    page = client.post("/diagnose/", {"requests": pasted, "template": PLAIN})
+    body = page.content.decode()
+    assert body.count('data-cause="none"') == 2
+    assert "No miss: request 2 begins with all of request 1, so a prefix cache reuses it" in body
+    assert "the rest of request 2 is what the client added" in body
+
+
 def test_the_page_escapes_what_it_echoes(client: Client) -> None:
     hostile = '{"messages": [{"role": "user", "content": "<script>alert(1)</script>"}]}\n' * 2
     page = client.post("/diagnose/", {"requests": hostile, "template": "<b>{{ messages }}</b>"})
