@@ -60,9 +60,17 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    """gunicorn's hook, in each worker before it starts its threads."""
+    """gunicorn's hook, in each worker before it starts its threads: cap the malloc arenas,
+    and start the status banner's first check (workers/health.py), which needs connections
+    of the worker's own, so that its first page does not wait for it."""
     if not limit_malloc_arenas():
         logger.info("malloc arenas not capped: this C library has no mallopt")
+    from django.apps import apps
+
+    if apps.ready:
+        from workers.health import refresh_soon
+
+        refresh_soon()
 
 
 def load_before_fork() -> None:

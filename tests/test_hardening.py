@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -66,6 +67,43 @@ def test_rate_limits_without_their_cache_answer_503_with_retry_after(
     api = client.post("/api/models", {"repo_id": "org/model"}, content_type="application/json")
     assert api.status_code == 503 and api["Retry-After"] == "30"
     assert api["Content-Type"].startswith("application/json")
+
+
+def test_a_worker_asks_for_the_status_as_it_starts_and_no_page_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`refresh_soon` (gunicorn's `post_fork`) starts the first check in the background; the
+    pages served while it runs show no banner rather than wait for it, and the answer is
+    kept once it comes."""
+    answer = health.ServiceStatus(*(health.Component(False, "broker unreachable: timed out"),) * 5)
+    release = threading.Event()
+    asked = threading.Event()
+
+    def slow_status() -> Any:
+        asked.set()
+        release.wait(10)
+        return answer
+
+    monkeypatch.setattr(health, "service_status", slow_status)
+    monkeypatch.setattr(health, "_cached", None)
+    monkeypatch.setattr(health, "_refreshing", False)
+    health.refresh_soon()
+    try:
+        assert asked.wait(5), "the first check did not start"
+        answered: list[Any] = []
+        page = threading.Thread(target=lambda: answered.append(health.cached_status()))
+        page.start()
+        page.join(5)
+        assert answered == [health.NOT_YET], "a page waited for the first check"
+        assert health.NOT_YET.problems == []  # no banner while nothing is known
+        health.refresh_soon()  # a second call while one runs starts nothing
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while health._refreshing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert health.cached_status() is answer
+    assert health.cached_status().problems  # the banner shows what the check found
 
 
 def test_the_banner_serves_a_stale_status_while_a_slow_check_runs(

@@ -202,6 +202,20 @@ def test_before_forking_the_master_loads_the_views_closes_its_connections_and_fr
     assert before == 0 and after > 10_000  # every object loaded so far
 
 
+def test_a_worker_starts_the_status_check_as_it_is_forked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`post_fork` starts the banner's first check in the new worker (workers/health.py)."""
+    from cachesafe import webserver
+    from workers import health
+
+    started: list[bool] = []
+    monkeypatch.setattr(webserver, "limit_malloc_arenas", lambda: True)
+    monkeypatch.setattr(health, "refresh_soon", lambda: started.append(True))
+    webserver.post_fork(None, None)
+    assert started == [True]
+
+
 FIRST_PAGES = """
 import sys
 import django

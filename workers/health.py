@@ -172,12 +172,31 @@ def _refresh_in_background() -> None:
         connections.close_all()  # this thread's own connections: none may outlive it
 
 
+#: The banner's status while a process's first check is under way: nothing known to be wrong,
+#: so no banner (`problems` is empty) on the few pages served before the answer.
+NOT_YET = ServiceStatus(*(Component(True, "not known yet: the first check is under way"),) * 5)
+
+
+def refresh_soon() -> None:
+    """Start asking in the background now, unless an answer is kept or a check is under way.
+    A web worker calls it as it starts (gunicorn's `post_fork`, cachesafe/webserver.py), so
+    that its first page finds the answer instead of asking for it: the database and the
+    broker, a new connection to each, and with the broker down its whole timeout."""
+    global _refreshing
+    with _cache_lock:
+        if _cached is not None or _refreshing:
+            return
+        _refreshing = True
+    threading.Thread(target=_refresh_in_background, name="health-refresh", daemon=True).start()
+
+
 def cached_status() -> ServiceStatus:
     """The status for the page banner, asked at most every CACHE_SECONDS per process.
 
-    Only the first page of a process waits for it. After that a stale status is served while a
-    background thread asks again: with the broker down, asking takes seconds (its timeout), and
-    no page should wait for that.
+    A stale status is served while a background thread asks again: with the broker down,
+    asking takes seconds (its timeout), and no page should wait for that. Before the first
+    answer, a page waits for it only when nobody is asking yet (a process that did not call
+    `refresh_soon`); while the first check is under way, pages get `NOT_YET`.
     """
     global _refreshing
     with _cache_lock:
@@ -191,4 +210,6 @@ def cached_status() -> ServiceStatus:
                     target=_refresh_in_background, name="health-refresh", daemon=True
                 ).start()
             return cached[1]
+        if _refreshing:
+            return NOT_YET
     return _refresh()
