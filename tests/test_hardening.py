@@ -69,15 +69,12 @@ def test_rate_limits_without_their_cache_answer_503_with_retry_after(
     assert api["Content-Type"].startswith("application/json")
 
 
-def test_a_worker_asks_for_the_status_as_it_starts_and_no_page_waits_for_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`refresh_soon` (gunicorn's `post_fork`) starts the first check in the background; the
-    pages served while it runs show no banner rather than wait for it, and the answer is
-    kept once it comes."""
-    answer = health.ServiceStatus(*(health.Component(False, "broker unreachable: timed out"),) * 5)
-    release = threading.Event()
-    asked = threading.Event()
+def slow_status_check(
+    monkeypatch: pytest.MonkeyPatch, answer: health.ServiceStatus
+) -> tuple[threading.Event, threading.Event]:
+    """A status check that answers `answer` once released, as one with the broker down
+    answers after its timeout: (asked, release)."""
+    asked, release = threading.Event(), threading.Event()
 
     def slow_status() -> Any:
         asked.set()
@@ -85,16 +82,32 @@ def test_a_worker_asks_for_the_status_as_it_starts_and_no_page_waits_for_it(
         return answer
 
     monkeypatch.setattr(health, "service_status", slow_status)
+    return asked, release
+
+
+def page_status() -> list[Any]:
+    """What a page's banner gets, asked from a thread of its own, if within 5 s."""
+    answered: list[Any] = []
+    page = threading.Thread(target=lambda: answered.append(health.cached_status()))
+    page.start()
+    page.join(5)
+    return answered
+
+
+def test_a_worker_asks_for_the_status_as_it_starts_and_no_page_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`refresh_soon` (gunicorn's `post_fork`) starts the first check in the background; the
+    pages served while it runs show no banner rather than wait for it, and the answer is
+    kept once it comes."""
+    answer = health.ServiceStatus(*(health.Component(False, "broker unreachable: timed out"),) * 5)
+    asked, release = slow_status_check(monkeypatch, answer)
     monkeypatch.setattr(health, "_cached", None)
     monkeypatch.setattr(health, "_refreshing", False)
     health.refresh_soon()
     try:
         assert asked.wait(5), "the first check did not start"
-        answered: list[Any] = []
-        page = threading.Thread(target=lambda: answered.append(health.cached_status()))
-        page.start()
-        page.join(5)
-        assert answered == [health.NOT_YET], "a page waited for the first check"
+        assert page_status() == [health.NOT_YET], "a page waited for the first check"
         assert health.NOT_YET.problems == []  # no banner while nothing is known
         health.refresh_soon()  # a second call while one runs starts nothing
     finally:
@@ -111,20 +124,9 @@ def test_the_banner_serves_a_stale_status_while_a_slow_check_runs(
 ) -> None:
     """With the broker down, asking for the status takes its timeout: no page may wait."""
     first = health.cached_status()
-    release = threading.Event()
-    asked = threading.Event()
-
-    def slow_status() -> Any:
-        asked.set()
-        release.wait(10)
-        return first
-
-    monkeypatch.setattr(health, "service_status", slow_status)
+    asked, release = slow_status_check(monkeypatch, first)
     monkeypatch.setattr(health, "_cached", (0.0, first))  # long stale
-    answered: list[Any] = []
-    page = threading.Thread(target=lambda: answered.append(health.cached_status()))
-    page.start()
-    page.join(5)
+    answered = page_status()
     try:
         assert answered == [first], "a page waited for the status check"
         assert asked.wait(5), "the stale status was not refreshed in the background"
