@@ -46,6 +46,13 @@ _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 Message = dict[str, Any]
 
 
+class RenderFailed(Exception):
+    """The template failed on one of the reader's requests: the message names which
+    (`worded`: the sandbox passes it on as it is, without the class's name)."""
+
+    worded = True
+
+
 class RequestError(ValueError):
     """A request body we cannot read, said in one sentence."""
 
@@ -150,6 +157,26 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
+def _openai_message(message: Any, n: int) -> Message:
+    """An OpenAI message as the serving engines hand it to the template: `content` null (an
+    assistant turn that only calls tools) becomes "", and a list of text parts their text
+    joined (mlx-lm's server does both; llama.cpp gives "" to a template that needs a string).
+    transformers drops a None-valued key, so a template that adds `message.content` to a
+    string fails on the raw body, where the server renders it. A list holding other parts
+    (images) is kept as it is."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise RequestError(f"message {n} must be an object with a role")
+    out = dict(message)
+    content = out.get("content")
+    if content is None:
+        out["content"] = ""
+    elif isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" for part in content
+    ):
+        out["content"] = "".join(str(part.get("text", "")) for part in content)
+    return out
+
+
 def parse_body(body: Any, where: str = "request") -> ClientRequest:
     """An OpenAI chat-completions or Anthropic messages request body, normalized."""
     if not isinstance(body, dict):
@@ -190,10 +217,7 @@ def parse_body(body: Any, where: str = "request") -> ClientRequest:
                 )
             )
         else:
-            for n, message in enumerate(messages, start=1):
-                if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                    raise RequestError(f"message {n} must be an object with a role")
-            normalized = [dict(m) for m in messages]
+            normalized = [_openai_message(m, n) for n, m in enumerate(messages, start=1)]
             tools = None if raw_tools is None else tuple(raw_tools)
     except RequestError as exc:
         raise RequestError(f"{where}: {exc}") from None
@@ -569,13 +593,24 @@ def diagnose_renders(
     from checks.rendering import render as render_text
 
     memo: dict[tuple[str, bool], str] = {}
+    numbers = {id(request): n for n, request in enumerate(requests, start=1)}
 
     def render(request: ClientRequest, add_generation_prompt: bool) -> str:
         key = (json.dumps(request.to_dict(), sort_keys=True, default=str), add_generation_prompt)
         if key not in memo:
-            memo[key] = render_text(
-                template_for(request), context(request, add_generation_prompt), max_output_chars
-            )
+            try:
+                memo[key] = render_text(
+                    template_for(request),
+                    context(request, add_generation_prompt),
+                    max_output_chars,
+                )
+            except (MemoryError, RecursionError):
+                raise  # the sandbox's own answers for these
+            except Exception as exc:
+                number = numbers.get(id(request))
+                if number is None:  # a request put back together: its failure is its own
+                    raise
+                raise RenderFailed(f"request {number}: {type(exc).__name__}: {exc}") from exc
         return memo[key]
 
     def line_at(request: ClientRequest, offset: int) -> int | None:

@@ -177,7 +177,8 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
         except RecursionError:
             answer = {"ok": False, "error": "template recursion too deep"}
         except Exception as exc:  # noqa: BLE001 - any failure becomes an error verdict upstream
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+            said = str(exc) if getattr(exc, "worded", False) else f"{type(exc).__name__}: {exc}"
+            answer = {"ok": False, "error": said[:500]}
         answer["id"] = job.get("id")
         answer["cpu_used"] = round(_cpu_time() - started, 4)
         stdout.write(json.dumps(answer) + "\n")

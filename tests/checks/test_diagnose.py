@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from checks import RequestError, SandboxPool, TemplateSource, diagnose_requests, parse_text
+from checks import (
+    RequestError,
+    SandboxError,
+    SandboxPool,
+    TemplateSource,
+    diagnose_requests,
+    parse_text,
+)
 from tests.checks.test_cli import run
 from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
 
@@ -77,6 +84,58 @@ def test_the_table_for_a_reader(tmp_path: Path) -> None:
     assert "1 → 2" in process.stdout and "tools_changed" in process.stdout
     assert "the same tools in another order (read_file, run → run, read_file)" in process.stdout
     assert "in a fixed order (sort them" in process.stdout
+
+
+#: Adds each message's content to a string, as Qwen3's template does: a missing content fails.
+CONCAT = (
+    "{%- for m in messages -%}{{ '<' + m.role + '>' + m.content + '</s>' }}{%- endfor -%}"
+    "{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+
+
+def test_an_openai_tool_call_turn_renders_as_the_server_renders_it(pool: SandboxPool) -> None:
+    """An assistant turn that only calls tools comes with `"content": null`, and a client may
+    send text as a list of parts: the servers give the template "" and the joined text."""
+    asked = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "weather in "},
+                {"type": "text", "text": "Paris?"},
+            ],
+        }
+    ]
+    called = [*asked, {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}]
+    answered = [*called, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    requests = parse_text("\n".join(json.dumps({"messages": m}) for m in (asked, answered)), "log")
+    assert requests[0].messages[0]["content"] == "weather in Paris?"
+    assert requests[1].messages[1]["content"] == ""
+    (pair,) = diagnose_requests(TemplateSource({"default": CONCAT}), requests, pool=pool)
+    assert pair["cause"] == "none", pair
+    assert pair["prompt_reuse"] > 0.5
+
+
+def test_a_template_that_fails_names_the_request(pool: SandboxPool) -> None:
+    failing = (
+        "{%- for m in messages -%}{{ m.content }}"
+        "{% if m.role == 'tool' %}{{ 1 + m.content }}{% endif %}{%- endfor -%}"
+    )
+    first = {"messages": [{"role": "user", "content": "hi"}]}
+    second = {
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+            {"role": "tool", "content": "sunny"},
+        ]
+    }
+    requests = parse_text(json.dumps([first, second]), "log")
+    with pytest.raises(SandboxError, match=r"^request 2: TypeError: unsupported operand"):
+        diagnose_requests(TemplateSource({"default": failing}), requests, pool=pool)
 
 
 @pytest.mark.parametrize(
