@@ -81,6 +81,10 @@ def generation_prompt_opens_thinking(generation_prompt: str) -> bool:
     return bool(tags) and not tags[-1].startswith("</")
 
 
+#: The segment of a divergence that attribution could not place (its spans are best effort).
+UNATTRIBUTED = "unknown"
+
+
 def _divergence(
     pair: PairInput,
     offset: int,
@@ -95,7 +99,7 @@ def _divergence(
     elif offset >= history_end:
         segment_before = "generation prompt"
     else:
-        segment_before = span_before.segment if span_before else "unknown"
+        segment_before = span_before.segment if span_before else UNATTRIBUTED
     return Divergence(
         byte_offset=byte_length(pair.prompt[:offset]),
         char_offset=offset,
@@ -188,9 +192,10 @@ def compare_pair(pair: PairInput) -> RequestPair:
         history_end = common_prefix(history, prompt)
         divergence = _divergence(pair, offset, history_end, token_index)
         if offset < history_end:
-            detail = (
-                f"{_named(divergence.segment_before)} is written differently once a turn is added"
-            )
+            what = _named(divergence.segment_before)
+            if divergence.segment_before == UNATTRIBUTED:
+                what = f"the history, from byte {divergence.byte_offset},"
+            detail = f"{what} is written differently once a turn is added"
             return result("fail", HISTORY, detail, divergence, offset)
         detail = (
             f"the generation prompt {prompt[history_end:]!r} is not what history writes "

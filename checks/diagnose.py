@@ -46,7 +46,7 @@ _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 Message = dict[str, Any]
 
 
-class RenderFailed(Exception):
+class RequestFailed(Exception):
     """The template failed on one of the reader's requests: the message names which
     (`worded`: the sandbox passes it on as it is, without the class's name)."""
 
@@ -610,7 +610,7 @@ def diagnose_renders(
                 number = numbers.get(id(request))
                 if number is None:  # a request put back together: its failure is its own
                     raise
-                raise RenderFailed(f"request {number}: {type(exc).__name__}: {exc}") from exc
+                raise RequestFailed(f"request {number}: {type(exc).__name__}: {exc}") from exc
         return memo[key]
 
     def line_at(request: ClientRequest, offset: int) -> int | None:

@@ -77,6 +77,36 @@ def test_moving_marker_is_a_history_failure_at_the_marker() -> None:
     assert result.reusable_share == 0.0
 
 
+# The moving marker, in a template that writes reasoning back: a client that sends it differs.
+MOVING_MARKER_WITH_REASONING = """{%- for m in messages -%}
+{%- if loop.last and m.role == 'user' %}[LAST]{% endif -%}
+<{{ m.role }}>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}
+{{- m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
+def test_a_client_other_than_the_typical_says_where_it_breaks_without_attribution() -> None:
+    """The other clients' pairs skip line attribution (their cost): the sentence a reader
+    gets then names the history and the byte, not a placeholder."""
+    report = report_for(MOVING_MARKER_WITH_REASONING)
+    (variant, *_) = report.variants
+    other = next(c for c in variant.clients if c.profile == "reasoning_content")
+    failed = next(
+        p
+        for s in other.sessions
+        if s.session.startswith("reasoning")  # the sessions this client sends its own way
+        for p in s.pairs
+        if p.status == "fail"
+    )
+    assert failed.divergence is not None and failed.divergence.segment_before == "unknown"
+    assert failed.detail == (
+        f"the history, from byte {failed.divergence.byte_offset}, "
+        "is written differently once a turn is added"
+    )
+
+
 def test_generation_prompt_not_reproduced_by_history() -> None:
     report = report_for(EMPTY_THINK_PROMPT)
     result = pair(report, "chat", 1)
