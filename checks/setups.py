@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.clients import PROFILE_NAMES, PROFILES, TYPICAL
+from checks.policy import is_primary
 from checks.reports import (
     ERROR,
     SAFE,
@@ -212,6 +213,25 @@ def _sentence(
         ]
         if verdict == SAFE_WHERE_RENDERABLE:
             parts.append("Some conversations do not render at all (see the matrix).")
+        breaking = [
+            other.label
+            for other in report.variants
+            if other is not variant
+            and is_primary(other)
+            and verdict_in(other, setup.client, setup.engine) == UNSAFE
+        ]
+        if breaking:
+            # The headline counts every setting a caller meets: say which one it is here, or
+            # "Breaks the cache" at the top reads as a contradiction of this sentence.
+            counted = (
+                ", and the verdict at the top counts it"
+                if setup.is_headline and report.verdict == UNSAFE
+                else ""
+            )
+            parts.append(
+                f"With {' or '.join(breaking)} it breaks{counted}: choose that setting above if "
+                "your client or server sends it (mlx-lm's server passes enable_thinking itself)."
+            )
         if client is not None and client.reply_reused is False and client.reply_units is not None:
             parts.append(
                 f"Each turn still re-reads the model's previous reply, about "

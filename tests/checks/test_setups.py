@@ -19,6 +19,7 @@ from checks.reuse import (
     reused,
     reused_by_class,
 )
+from checks.setups import Setup, setup_verdict
 from checks.sources import TemplateSource
 from tests.checks.conftest import CHATML
 
@@ -66,6 +67,17 @@ MOVING_MARKER = """{%- for m in messages -%}
 <{{ m.role }}>{{ m.content }}</s>
 {%- endfor -%}
 {%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
+# Qwen3 style: with enable_thinking false the generation prompt closes an empty think block
+# that history never writes, so that setting breaks; the template's defaults do not.
+THINKING_OFF_BREAKS = """{%- for m in messages -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>
+{%- if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}
+{%- endif -%}
 """
 
 
@@ -206,3 +218,22 @@ def test_estimates_are_ordered_and_bounded(
     # What a class reuses is really a shared prefix of some stored sequence.
     for n in got.values():
         assert n == 0 or any(seq[:n] == prompt[:n] for seq, _ in entries)
+
+
+def test_a_safe_setting_names_the_one_that_breaks_and_why_the_headline_says_breaks() -> None:
+    """The headline counts every setting a caller meets, so "Breaks the cache" sits above a
+    typical setup that is cache-safe: the setup's sentence says which setting breaks."""
+    report = report_for(THINKING_OFF_BREAKS)
+    assert report.verdict == UNSAFE
+    typical = setup_verdict(report, Setup())
+    assert typical is not None and typical.verdict == SAFE
+    assert "With enable_thinking=false it breaks, and the verdict at the top counts it:" in (
+        typical.sentence
+    )
+    on = setup_verdict(report, Setup(thinking="on"))
+    assert on is not None and on.verdict == SAFE
+    assert "With enable_thinking=false it breaks: choose that setting" in on.sentence
+    off = setup_verdict(report, Setup(thinking="off"))
+    assert off is not None and off.verdict == UNSAFE
+    plain = setup_verdict(report_for(CHATML), Setup())
+    assert plain is not None and "it breaks" not in plain.sentence
