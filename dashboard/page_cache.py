@@ -53,6 +53,9 @@ from registry.models import (
 )
 from registry.signals import catalog_changed
 from registry.verdicts import models_using
+from workers.health import cached_status
+
+from .status import hub_banner
 
 logger = logging.getLogger(__name__)
 GENERATION_PREFIX = "dashboard:generation:"
@@ -319,9 +322,19 @@ class Kept(NamedTuple):
     shown_since: str
 
 
-def _key(request: HttpRequest) -> str:
+def _banners() -> str:
+    """What the site's banners say now (the service's problems, the Hub out of reach). Both
+    answers are kept by the process, so asking costs no query. Part of a page's key: a copy
+    rendered under a banner is never served once the banner is gone, nor one without it
+    while the banner is up (a copy from the first minutes, when the worker and beat had not
+    reported yet, kept saying so after /healthz said ok)."""
+    problems = cached_status().problems
+    return "\n".join([*problems, "hub unreachable" if hub_banner() else ""])
+
+
+def _key(request: HttpRequest, banners: str = "") -> str:
     htmx = request.headers.get("HX-Request", "") + "|" + request.headers.get("HX-Target", "")
-    raw = f"{htmx}|{request.get_full_path()}"
+    raw = f"{htmx}|{request.get_full_path()}|{banners}"
     # v2: `Kept`, which a copy of the first layout (a plain tuple) is not.
     return "dashboard:page:v2:" + hashlib.sha256(raw.encode()).hexdigest()
 
@@ -374,7 +387,7 @@ def cached_page(view: View) -> View:
         if timeout <= 0 or request.method != "GET" or _is_staff(request):
             return view(request, *args, **kwargs)
         try:
-            key = _key(request)
+            key = _key(request, _banners())
             scopes = scopes_of(kwargs)
             current = generations(scopes)
             kept = cache.get(key)

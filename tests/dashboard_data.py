@@ -121,8 +121,10 @@ def build_catalog() -> Catalog:
 def healthy_service(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend the worker and beat are alive: no status banner, and no status queries to count."""
     from cachesafe import context_processors
+    from dashboard import page_cache
     from workers.health import Component, ServiceStatus
 
     ok = Component(True, "ok")
     status = ServiceStatus(ok, ok, ok, ok, ok)
     monkeypatch.setattr(context_processors, "cached_status", lambda: status)
+    monkeypatch.setattr(page_cache, "cached_status", lambda: status)  # a page's key reads it

@@ -378,3 +378,33 @@ def test_a_sync_gives_the_scopes_it_moved_on_without_a_lookup(
         page_cache.bump_on_commit(models=[model.pk], templates=True)
     assert looked_up == [{model.pk: True}]
     assert bumped[-1] == found
+
+
+@pytest.mark.usefixtures("memory_cache")
+def test_a_banner_is_never_served_from_a_copy_made_before_or_after_it(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status banner is part of the page: a copy rendered while the worker had not
+    reported yet is not served once it has, and a copy without the banner is not served
+    while the banner is up."""
+    from cachesafe import context_processors
+    from dashboard import page_cache
+    from workers.health import Component, ServiceStatus
+
+    build_catalog()
+    ok = Component(True, "ok")
+    down = ServiceStatus(ok, ok, Component(False, "Worker has never reported"), ok, ok)
+    monkeypatch.setattr(context_processors, "cached_status", lambda: down)
+    monkeypatch.setattr(page_cache, "cached_status", lambda: down)
+    early = client.get("/", {"q": "marker"})
+    assert early["X-Cache"] == "miss" and "Worker has never reported" in early.content.decode()
+    healthy = ServiceStatus(ok, ok, ok, ok, ok)
+    monkeypatch.setattr(context_processors, "cached_status", lambda: healthy)
+    monkeypatch.setattr(page_cache, "cached_status", lambda: healthy)
+    later = client.get("/", {"q": "marker"})
+    assert later["X-Cache"] == "miss" and "Worker has never reported" not in later.content.decode()
+    assert client.get("/", {"q": "marker"})["X-Cache"] == "hit"
+    monkeypatch.setattr(context_processors, "cached_status", lambda: down)
+    monkeypatch.setattr(page_cache, "cached_status", lambda: down)
+    again = client.get("/", {"q": "marker"})
+    assert again["X-Cache"] == "hit" and "Worker has never reported" in again.content.decode()
