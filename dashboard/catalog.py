@@ -21,7 +21,7 @@ from django.http import QueryDict
 
 from checks.clients import PROFILES
 from checks.reuse import CACHE_CLASS_LABELS
-from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS
+from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS, Setup
 from registry.models import (
     Drift,
     HubModel,
@@ -304,6 +304,19 @@ class CatalogQuery:
     def setup_active(self) -> bool:
         """A reader's setup is chosen: rows show (and `verdict` filters) its verdict."""
         return bool(self.client or self.engine or self.thinking in SETUP_THINKING)
+
+    @property
+    def setup_query(self) -> str:
+        """The reader's setup as a model page's query string ("" when none is chosen): a row's
+        link carries it, so the model page judges the setup the row's badge was for."""
+        if not self.setup_active:
+            return ""
+        defaults = Setup()
+        return Setup(
+            self.client or defaults.client,
+            self.engine or defaults.engine,
+            self.thinking if self.thinking in SETUP_THINKING else defaults.thinking,
+        ).query()
 
     @property
     def active(self) -> bool:

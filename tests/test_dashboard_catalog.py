@@ -188,9 +188,14 @@ def test_the_catalog_filters_on_the_readers_setup(client: Client, catalog: Catal
     assert "cachesafe-demo/chatml-tools-7b" in rows(hybrid)
     broken = client.get("/", {"verdict": "unsafe", "engine": "hybrid"}).content.decode()
     assert "fix-org/reply-lost" in rows(broken)
-    # Rows show the setup's verdict, not the headline's.
-    row = broken.split('href="/m/fix-org/reply-lost/"')[1].split("</tr>")[0]
+    # Rows show the setup's verdict, not the headline's, and link to the model page judging
+    # the same setup (without a setup the link carries nothing).
+    assert 'href="/m/fix-org/reply-lost/"' in client.get("/", {"verdict": "safe"}).content.decode()
+    row = broken.split('href="/m/fix-org/reply-lost/?engine=hybrid"')[1].split("</tr>")[0]
     assert 'title="For your setup">Breaks the cache' in row
+    page = client.get("/m/fix-org/reply-lost/", {"engine": "hybrid"}).content.decode()
+    panel = page.split('class="setup"')[1].split("</section>")[0]
+    assert "Your setup:" in panel and "Breaks the cache" in panel
     # With checkpoints the prompt comes back, and the API answers the same.
     checked = client.get(
         "/api/models", {"verdict": "safe", "engine": "hybrid_checkpoints", "client": "typical"}
