@@ -146,10 +146,11 @@ Url = Annotated[str, WithJsonSchema({"type": "string", "format": "uri"})]
 class OneOf:
     """`Annotated[str, OneOf(values)]`: a string that must be one of `values`, listed as the
     schema's enum. The values come from the models' choices and the catalog's, so the API
-    accepts exactly what the catalog filters on."""
+    accepts exactly what the catalog filters on; `blank` adds "" (a query parameter left
+    blank, the same as left out)."""
 
-    def __init__(self, values: Iterable[str]) -> None:
-        self.values = [str(v) for v in values]
+    def __init__(self, values: Iterable[str], *, blank: bool = False) -> None:
+        self.values = [str(v) for v in values] + ([""] if blank else [])
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -157,8 +158,8 @@ class OneOf:
         return core_schema.literal_schema(self.values)
 
 
-def _choices(choices: type[models.TextChoices]) -> OneOf:
-    return OneOf(choices.values)
+def _choices(choices: type[models.TextChoices], *, blank: bool = False) -> OneOf:
+    return OneOf(choices.values, blank=blank)
 
 
 class Strict(BaseModel):
@@ -205,63 +206,73 @@ def _drop_null(schema: dict[str, Any]) -> None:
             prop["anyOf"] = branches
 
 
-class SetupParams(BaseModel):
-    """The reader's setup (the model page takes the same): each left out takes the headline's."""
+class QueryParams(BaseModel):
+    """Query parameters. Each may be left out, but a query string cannot say null: the schema
+    lists no null. A choice may also be blank, meaning the same as left out, as on the catalog
+    page, whose form sends `client=` for the typical client: a script that builds its URL from
+    that form gets the same answer, not a 400."""
 
     model_config = ConfigDict(json_schema_extra=lambda schema: _drop_null(schema))
 
-    client: Annotated[str, OneOf(PROFILE_NAMES)] | None = Field(
+
+class SetupParams(QueryParams):
+    """The reader's setup (the model page takes the same): each left out takes the headline's."""
+
+    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True)] | None = Field(
         None, description="Client profile; default: typical (drops reasoning)"
     )
-    engine: Annotated[str, OneOf(CACHE_CLASSES)] | None = Field(
+    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True)] | None = Field(
         None, description="Engine cache class; default: trimmable"
     )
-    thinking: Annotated[str, OneOf(SETUP_THINKING)] | None = Field(
+    thinking: Annotated[str, OneOf(SETUP_THINKING, blank=True)] | None = Field(
         None, description="Template setting: default, off or on (enable_thinking)"
     )
 
 
-class CatalogFilters(BaseModel):
+class CatalogFilters(QueryParams):
     """The catalog's query parameters (the page at `/` takes the same ones)."""
-
-    # Each may be left out, but a query string cannot say null: the schema lists no null.
-    model_config = ConfigDict(json_schema_extra=lambda schema: _drop_null(schema))
 
     q: Annotated[str, Field(max_length=200), DropNul] | None = Field(
         None, description="Words to find in repo id, author, family, tags"
     )
-    verdict: Annotated[str, _choices(Verdict)] | None = Field(None, description="Verdict")
-    thinking: Annotated[str, OneOf(THINKING_CHOICES)] | None = Field(
+    verdict: Annotated[str, _choices(Verdict, blank=True)] | None = Field(
+        None, description="Verdict"
+    )
+    thinking: Annotated[str, OneOf(THINKING_CHOICES, blank=True)] | None = Field(
         None,
         description="safe_on, safe_off (cache-safe with thinking on/off), none (no switch), "
         "same or differs (the verdict does / does not depend on it); default, off or on: the "
         "template setting of your setup (verdict and rows follow it)",
     )
-    client: Annotated[str, OneOf(PROFILE_NAMES)] | None = Field(
+    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True)] | None = Field(
         None, description="Your client profile: verdict and rows follow this setup"
     )
-    engine: Annotated[str, OneOf(CACHE_CLASSES)] | None = Field(
+    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True)] | None = Field(
         None, description="Your engine cache class: verdict and rows follow this setup"
     )
-    hybrid: Annotated[str, OneOf(HYBRID_CHOICES)] | None = Field(
+    hybrid: Annotated[str, OneOf(HYBRID_CHOICES, blank=True)] | None = Field(
         None, description="yes: hybrid (recurrent) models only; no: attention only"
     )
-    format: Annotated[str, OneOf(FORMAT_CHOICES)] | None = Field(
+    format: Annotated[str, OneOf(FORMAT_CHOICES, blank=True)] | None = Field(
         None, description="What the repo holds: safetensors, mlx or gguf"
     )
-    drift: Annotated[str, OneOf(DRIFT_CHOICES)] | None = Field(
+    drift: Annotated[str, OneOf(DRIFT_CHOICES, blank=True)] | None = Field(
         None,
         description="A derivative's template against its tracked base's: differs (older or "
         "edited), older, edited, same",
     )
-    tools: Annotated[str, _choices(Tools)] | None = Field(None, description="Tool calling")
-    probe: Annotated[str, _choices(ProbeStatus)] | None = Field(
+    tools: Annotated[str, _choices(Tools, blank=True)] | None = Field(
+        None, description="Tool calling"
+    )
+    probe: Annotated[str, _choices(ProbeStatus, blank=True)] | None = Field(
         None, description="none (never probed) or the latest probe's verdict"
     )
     author: Annotated[str, Field(max_length=100), DropNul] | None = Field(
         None, description="Exact author"
     )
-    sort: Annotated[str, OneOf(SORTS)] | None = Field(None, description="Default: downloads")
+    sort: Annotated[str, OneOf(SORTS, blank=True)] | None = Field(
+        None, description="Default: downloads"
+    )
     page: int | None = Field(
         None, ge=1, le=1_000_000, description="Page number, 50 models per page"
     )

@@ -203,6 +203,13 @@ def test_the_catalog_filters_on_the_readers_setup(client: Client, catalog: Catal
     assert "fix-org/reply-lost" in [r["repo_id"] for r in checked["results"]]
     assert {r["setup_verdict"] for r in checked["results"]} == {"safe"}
     assert client.get("/api/models", {"engine": "quantum"}).status_code == 400
+    # A blank parameter is one left out, as the catalog's form sends it for the default.
+    blank = client.get("/api/models", {"verdict": "safe", "client": "", "engine": ""})
+    assert blank.status_code == 200, blank.content
+    plain = client.get("/api/models", {"verdict": "safe"}).json()
+    assert blank.json()["results"] == plain["results"]
+    detail = client.get("/api/models/fix-org/reply-lost", {"client": "", "thinking": ""})
+    assert detail.status_code == 200, detail.content
 
 
 def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: Catalog) -> None:
