@@ -418,6 +418,12 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
                 else "earlier messages"
             )
             return _truncated(i, f"{said} removed from message {i + 1} on")
+        if a[i].get("role") != b[i].get("role") and a[i] not in b:
+            # Not an edit (an edit keeps the role): gone, and a message request k never had
+            # (the reply to it, say) takes its place.
+            return _truncated(
+                i, f"{a[i].get('role', '?')} message {i + 1} was removed from request k+1"
+            )
         if a[i].get("role") == "assistant" and _without_reasoning(a[i]) == _without_reasoning(b[i]):
             dropped = any(a[i].get(k) and not b[i].get(k) for k in _REASONING_KEYS)
             if dropped:

@@ -18,6 +18,7 @@ from checks import (
     diagnose_requests,
     parse_text,
 )
+from checks.diagnose import client_change
 from tests.checks.test_cli import run
 from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
 
@@ -118,6 +119,31 @@ def test_an_openai_tool_call_turn_renders_as_the_server_renders_it(pool: Sandbox
     (pair,) = diagnose_requests(TemplateSource({"default": CONCAT}), requests, pool=pool)
     assert pair["cause"] == "none", pair
     assert pair["prompt_reuse"] > 0.5
+
+
+def test_a_message_removed_before_a_new_one_is_truncation_not_an_edit() -> None:
+    """Request 2 drops the first user message and starts with the reply to it, which request
+    1 never had: the user message was removed, not sent with another role."""
+    system = {"role": "system", "content": "You are an agent."}
+    hi = {"role": "user", "content": "hi"}
+    first = {"messages": [system, hi]}
+    second = {
+        "messages": [
+            system,
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "more"},
+        ]
+    }
+    old, new = parse_text(json.dumps([first, second]), "log")
+    change = client_change(old, new)
+    assert change is not None and change.cause == "history_truncated", change
+    assert change.detail == "user message 2 was removed from request k+1"
+    # The same role with other words is still an edit.
+    edited = {
+        "messages": [system, {"role": "user", "content": "HI"}, {"role": "user", "content": "more"}]
+    }
+    old, new = parse_text(json.dumps([first, edited]), "log")
+    assert (change := client_change(old, new)) is not None and change.cause == "history_edited"
 
 
 def test_a_template_that_fails_names_the_request(pool: SandboxPool) -> None:
