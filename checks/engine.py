@@ -725,7 +725,11 @@ def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
             clients.append(replace(first, profile=client.name, note=same))
             continue
         if client.reasoning == "chunks" and not reads_chunks:
-            clients.append(policy.not_applicable(client.name, "the template does not read them"))
+            clients.append(
+                policy.not_applicable(
+                    client.name, "the template never reads reasoning sent as thinking chunks"
+                )
+            )
             continue
         sessions = []
         for session, ours in zip(SESSIONS, typical, strict=True):

@@ -136,7 +136,9 @@ def test_thinking_chunks_are_a_client_profile_where_the_template_reads_them() ->
     assert typical.engines[HYBRID] == UNSAFE
     assert client(report, "reasoning_content").reply_reused is False
     # A template that does not compare a chunk's type with 'thinking' cannot take chunks.
-    assert client(report_for(REASONING_AFTER_LAST_USER), "thinking_chunks").verdict is None
+    unread = client(report_for(REASONING_AFTER_LAST_USER), "thinking_chunks")
+    assert unread.verdict is None
+    assert unread.note == "the template never reads reasoning sent as thinking chunks"
 
 
 def test_argument_profiles_render_only_their_own_form() -> None:
