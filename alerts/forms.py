@@ -196,14 +196,25 @@ class SubscriptionForm(forms.Form):
 
 
 class TeamForm(forms.ModelForm):  # type: ignore[type-arg]
+    """On the settings page beside the channel form, which has a `name` too: ids of its own,
+    so each label names its own field."""
+
     class Meta:
         model = Team
         fields = ["name"]
         labels = {"name": "Team name"}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "id_team_%s")
+        super().__init__(*args, **kwargs)
+
 
 class MemberForm(forms.Form):
     email = forms.EmailField(label="Member's email address")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "id_member_%s")
+        super().__init__(*args, **kwargs)
 
 
 class SigninLinkForm(forms.Form):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -52,6 +53,21 @@ def test_the_owner_sees_their_channel_and_history(
     detail = client.get(reverse("alerts:channel", args=[channel.pk]))
     assert detail.status_code == 200
     assert channel.secret in detail.content.decode()
+
+
+def test_every_field_of_the_settings_page_has_an_id_of_its_own(
+    client: Client, alice_and_bob: tuple[Any, Any, Channel, Subscription]
+) -> None:
+    """Several forms share the page: a label must point at its own field (the channel's name
+    and the team's name are both `name`)."""
+    alice, *_ = alice_and_bob
+    client.force_login(alice)
+    page = client.get(reverse("alerts:settings")).content.decode()
+    ids = re.findall(r'\sid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    labels = re.findall(r'<label[^>]*\sfor="([^"]+)"[^>]*>([^<]*)', page)
+    assert ("id_team_name", "Team name") in [(f, text.strip().rstrip(":")) for f, text in labels]
+    assert all(target in ids for target, _ in labels)
 
 
 @pytest.mark.parametrize(
