@@ -174,24 +174,30 @@ class SubscriptionForm(forms.Form):
             self.add_error(None, "Pick at least one kind of event.")
         return data
 
-    def save(self) -> Subscription:
+    def save(self) -> tuple[Subscription, bool]:
+        """The subscription, and whether it is new. The same target on the same channel again
+        is the same subscription with the events now chosen: one alert per event, not one per
+        time the form was sent."""
         data = self.cleaned_data
         target = data["target"]
-        return Subscription.objects.create(
+        return Subscription.objects.update_or_create(
             user=self.user,
             channel=data["channel"],
             target=target,
             model=data.get("model") if target == SubscriptionTarget.MODEL else None,
             author=data["author"] if target == SubscriptionTarget.AUTHOR else "",
             rule=data["rule"] if target == SubscriptionTarget.RULE else "",
-            # A rule is about verdicts only: it has no event fields of its own.
-            on_template=data.get("on_template", False),
-            on_verdict=data.get("on_verdict", False) or target == SubscriptionTarget.RULE,
-            on_probe=data.get("on_probe", False),
-            on_status=data.get("on_status", False),
-            on_base_fixed=data.get("on_base_fixed", False) or target == SubscriptionTarget.RULE,
-            with_derivatives=bool(data.get("with_derivatives"))
-            and target == SubscriptionTarget.MODEL,
+            defaults={
+                # A rule is about verdicts only: it has no event fields of its own.
+                "on_template": data.get("on_template", False),
+                "on_verdict": data.get("on_verdict", False) or target == SubscriptionTarget.RULE,
+                "on_probe": data.get("on_probe", False),
+                "on_status": data.get("on_status", False),
+                "on_base_fixed": data.get("on_base_fixed", False)
+                or target == SubscriptionTarget.RULE,
+                "with_derivatives": bool(data.get("with_derivatives"))
+                and target == SubscriptionTarget.MODEL,
+            },
         )
 
 

@@ -200,8 +200,15 @@ def subscription_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         context = _settings_context(request, subscription_form=form)
         return render(request, "alerts/settings.html", context, status=400)
-    subscription = form.save()
-    messages.info(request, f"Subscribed: {subscription.describe()}.")
+    subscription, created = form.save()
+    if created:
+        messages.info(request, f"Subscribed: {subscription.describe()}.")
+    else:
+        messages.info(
+            request,
+            f"Already subscribed: {subscription.describe()} on {subscription.channel}; "
+            "it now sends the events you chose.",
+        )
     return redirect("alerts:settings")
 
 

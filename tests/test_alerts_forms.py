@@ -105,6 +105,26 @@ def test_a_rule_subscription_needs_no_event_boxes(client: Client) -> None:
     assert (sub.rule, sub.on_verdict, sub.on_template) == ("turns_unsafe", True, False)
 
 
+def test_subscribing_again_to_the_same_model_on_the_same_channel_updates_it(
+    client: Client,
+) -> None:
+    """Sent twice, the form makes one subscription (one alert per event), with the events
+    of the latest send, and says so; another channel is another subscription."""
+    alice = make_user("alice")
+    make_model("org/m")
+    first = make_channel(alice, target="https://hooks.example.com/a")
+    client.force_login(alice)
+    form = {"target": "model", "repo_id": "org/m", "channel": first.pk, "on_template": "on"}
+    client.post(reverse("alerts:subscription_create"), {**form, "on_verdict": "on"})
+    again = client.post(reverse("alerts:subscription_create"), form, follow=True)
+    assert "Already subscribed: org/m on" in again.content.decode()
+    sub = Subscription.objects.get()
+    assert (sub.on_template, sub.on_verdict) == (True, False)
+    other = make_channel(alice, target="https://hooks.example.com/b")
+    client.post(reverse("alerts:subscription_create"), {**form, "channel": other.pk})
+    assert Subscription.objects.count() == 2
+
+
 def test_a_model_link_survives_a_sign_in_by_mail_and_a_first_channel(
     client: Client, own_cache: Any, mailoutbox: list[Any]
 ) -> None:
