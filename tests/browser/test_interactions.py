@@ -70,6 +70,31 @@ def test_filters_apply_on_change_and_survive_a_reload(
     expect(page.locator("#results a.repo")).to_have_count(5)
 
 
+def test_back_shows_the_form_as_the_url_says(page: Any, live_server: Any, catalog: Catalog) -> None:
+    """Search, filter, sort, then Back: the form and the results are those of the URL gone
+    back to, and a change from there searches again."""
+    page.goto(live_server.url + "/")
+    page.locator("#q").press_sequentially("chat", delay=40)
+    expect(page).to_have_url(re.compile(r"/\?q=chat$"))
+    page.get_by_label("Verdict").select_option("unsafe")
+    expect(page).to_have_url(re.compile(r"q=chat&verdict=unsafe$"))
+    page.get_by_label("Sort by").select_option("name")
+    expect(page).to_have_url(re.compile(r"sort=name"))
+    shown = repos(page)
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"/\?q=chat&verdict=unsafe$"))
+    expect(page.locator("#q")).to_have_value("chat")
+    expect(page.get_by_label("Verdict")).to_have_value("unsafe")
+    expect(page.get_by_label("Sort by")).to_have_value("downloads")
+    assert sorted(repos(page)) == sorted(shown)
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"/\?q=chat$"))
+    expect(page.get_by_label("Verdict")).to_have_value("")
+    # Emptying the box from here searches again: everything comes back.
+    page.locator("#q").fill("")
+    expect(page.locator("#results a.repo")).to_have_count(5)
+
+
 def test_open_a_model_then_a_diff_and_jump_to_the_divergence(
     page: Any, live_server: Any, catalog: Catalog
 ) -> None:
