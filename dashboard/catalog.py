@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import BigIntegerField, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Upper
 from django.db.models.lookups import Exact
 from django.http import QueryDict
 
@@ -43,7 +44,10 @@ SORTS: dict[str, tuple[Any, ...]] = {
     # Models with no template yet (no date) last, on every database (PostgreSQL puts nulls
     # first in a descending order).
     "changed": (F("last_template_change_at").desc(nulls_last=True), "repo_id"),
-    "name": ("repo_id",),
+    # As a reader reads names: "ai-sage/…" between "Acme/…" and "Qwen/…", not after every
+    # capital (the database's collation may compare bytes). The walk reads the index on
+    # upper(repo_id) that the case-insensitive lookups use (HubModel.Meta).
+    "name": (Upper("repo_id"), "repo_id"),
 }
 SORT_LABELS = {
     "downloads": "Downloads",
@@ -378,7 +382,7 @@ SORTED_READ = {
     "downloads": "downloads DESC, repo_id",
     "reuse": "reuse DESC NULLS LAST, repo_id",
     "changed": "last_template_change_at DESC NULLS LAST, repo_id",
-    "name": "repo_id",
+    "name": "upper(repo_id), repo_id",
 }
 #: How long a process keeps the table's size (`table_blocks`): an estimate only picks a plan,
 #: never the rows.

@@ -222,8 +222,18 @@ def test_sort_by_name_and_by_last_change(
     client: Client, catalog: Catalog, settings: SettingsWrapper
 ) -> None:
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0  # bulk updates below send no signal
+    for repo_id in ("Qwen/z-mixcase", "ai-sage/y-mixcase", "Acme/x-mixcase"):
+        HubModel.objects.create(repo_id=repo_id, author=repo_id.split("/")[0], downloads=1)
     names = rows(client.get("/", {"sort": "name"}).content.decode())
-    assert names == sorted(names)
+    # As a reader reads names, whatever the case (the database's collation may compare bytes).
+    assert names == sorted(names, key=lambda name: (name.upper(), name))
+    mixed = [n for n in names if n.endswith("-mixcase")]
+    assert mixed == ["Acme/x-mixcase", "ai-sage/y-mixcase", "Qwen/z-mixcase"]
+    # The same order when the page walks the order's index (a search past the count's cap).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(catalog_module, "COUNT_CAP", 2)
+        walked = rows(client.get("/", {"q": "mixcase", "sort": "name"}).content.decode())
+    assert walked == mixed
     # A model with no template change yet comes after every dated one, on PostgreSQL too
     # (whose descending order puts nulls first).
     HubModel.objects.filter(repo_id=PENDING_REPO).update(last_template_change_at=None)
