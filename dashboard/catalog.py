@@ -27,6 +27,7 @@ from registry.models import (
     Drift,
     HubModel,
     ModelFormat,
+    ModelStatus,
     ProbeStatus,
     TemplateVersion,
     Thinking,
@@ -247,7 +248,12 @@ class CatalogQuery:
 
     def _matching(self) -> QuerySet[HubModel]:
         # Repo id, family, tags, model type; the author is the repo id's first part.
-        models = HubModel.objects.search(self.q)
+        # A repo the Hub never had is not listed: anyone may ask to track a name, and a
+        # misspelt or made-up one would sit in the catalog for good. Its page still says what
+        # the Hub answered; one that was there and vanished keeps its row and its history.
+        models = HubModel.objects.search(self.q).exclude(
+            status=ModelStatus.MISSING, current_snapshot__isnull=True
+        )
         if self.setup_active:
             if self.verdict:
                 models = models.filter(Exact(self._setup_verdict(), self.verdict))

@@ -212,6 +212,25 @@ def test_the_catalog_filters_on_the_readers_setup(client: Client, catalog: Catal
     assert detail.status_code == 200, detail.content
 
 
+def test_a_repo_the_hub_never_had_is_not_listed(client: Client, catalog: Catalog) -> None:
+    """Anyone may ask to track a name: a made-up one, which the Hub says it does not have,
+    stays out of the catalog and the API's list; its page says what the Hub answered. A repo
+    that was there and vanished keeps its row."""
+    HubModel.objects.create(
+        repo_id="nobody/made-up", author="nobody", status=ModelStatus.MISSING, downloads=10**9
+    )
+    listed = rows(client.get("/").content.decode())
+    assert "nobody/made-up" not in listed
+    api = client.get("/api/models").json()
+    assert "nobody/made-up" not in [r["repo_id"] for r in api["results"]]
+    assert client.get("/m/nobody/made-up/").status_code == 200
+    vanished = HubModel.objects.filter(current_snapshot__isnull=False).first()
+    assert vanished is not None
+    HubModel.objects.filter(pk=vanished.pk).update(status=ModelStatus.MISSING)
+    client_rows = rows(client.get("/", {"sort": "name"}).content.decode())
+    assert vanished.repo_id in client_rows and len(client_rows) == len(listed)
+
+
 def test_unknown_filter_values_are_ignored_not_errors(client: Client, catalog: Catalog) -> None:
     response = client.get("/", {"verdict": "bogus", "sort": "'; drop", "page": "x"})
     assert response.status_code == 200
