@@ -82,7 +82,8 @@ def print_pairs(pairs: Sequence[dict[str, Any]], out: IO[str]) -> None:
         if where.get("message") is not None:
             place = f"message {where['message']}, {where['field']}"
             if where.get("offset") is not None:
-                place += f", character {where['offset']}"
+                # Counted from 1, as messages are (the JSON's `offset` counts from 0).
+                place += f", character {where['offset'] + 1}"
             lines.append(place)
         elif where.get("template_line") is not None:
             lines.append(f"template line {where['template_line']}, byte {where['render_offset']}")

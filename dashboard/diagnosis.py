@@ -67,7 +67,7 @@ def template_source(repo_id: str, template: str) -> tuple[TemplateSource, str]:
     )
     if model is None:
         raise DiagnosisError(
-            f"{repo_id} is not tracked: track it first, or paste its template", 404
+            f"the model {repo_id} is not tracked: track it first, or paste its template", 404
         )
     snapshot = model.current_snapshot
     if snapshot is None:

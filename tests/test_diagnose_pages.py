@@ -126,6 +126,19 @@ def test_the_page_says_when_nothing_missed(client: Client) -> None:
     assert "the rest of request 2 is what the client added" in body
 
 
+def test_the_page_counts_characters_from_one_as_it_counts_messages(
+    client: Client, catalog: Catalog
+) -> None:
+    """The changed character of a system prompt, and an untracked model named as typed."""
+    (_, template, bodies, _, _) = next(c for c in CASES if c[0] == "system_changed")
+    pasted = "\n".join(json.dumps(b) for b in bodies)
+    body = client.post("/diagnose/", {"requests": pasted, "template": template}).content.decode()
+    prefix = "You are a coding agent. x-billing-header: cc_version=2.1; cch="
+    assert f"message 1, content, character {len(prefix) + 1}." in body
+    untracked = client.post("/diagnose/", {"requests": pasted, "repo_id": "nobody/nothing"})
+    assert "The model nobody/nothing is not tracked" in untracked.content.decode()
+
+
 def test_the_page_escapes_what_it_echoes(client: Client) -> None:
     hostile = '{"messages": [{"role": "user", "content": "<script>alert(1)</script>"}]}\n' * 2
     page = client.post("/diagnose/", {"requests": hostile, "template": "<b>{{ messages }}</b>"})

@@ -85,6 +85,11 @@ def test_the_table_for_a_reader(tmp_path: Path) -> None:
     assert "1 → 2" in process.stdout and "tools_changed" in process.stdout
     assert "the same tools in another order (read_file, run → run, read_file)" in process.stdout
     assert "in a fixed order (sort them" in process.stdout
+    (_, template, bodies, _, _) = next(c for c in CASES if c[0] == "system_changed")
+    template_path, log = write_case(tmp_path, template, bodies)
+    table = run("diagnose", str(log), "--template", str(template_path)).stdout
+    prefix = "You are a coding agent. x-billing-header: cc_version=2.1; cch="
+    assert f"message 1, content, character {len(prefix) + 1}\n" in table  # from 1, as messages
 
 
 #: Adds each message's content to a string, as Qwen3's template does: a missing content fails.
