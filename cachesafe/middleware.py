@@ -22,6 +22,24 @@ def _without_nul(params: QueryDict) -> Any:
     return cleaned
 
 
+class HeadWithoutBodyMiddleware:
+    """A HEAD is answered with GET's headers (its Content-Length too) and no body. Django's
+    views write the body for HEAD as for GET; its development server and test client drop
+    it, gunicorn drops it with a warning in the log for each request (uptime checkers send
+    HEAD every few seconds). Outermost, so the headers are final when the body goes."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.method == "HEAD" and not response.streaming:
+            if not response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))
+            response.content = b""
+        return response
+
+
 class QueryTextMiddleware:
     """Query strings reach database lookups (search terms, `?model=`); PostgreSQL refuses a NUL
     character in text, so NULs are dropped here and a crafted link answers a page, not a 500."""

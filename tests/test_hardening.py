@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -132,3 +133,40 @@ def test_the_banner_serves_a_stale_status_while_a_slow_check_runs(
         assert asked.wait(5), "the stale status was not refreshed in the background"
     finally:
         release.set()
+
+
+def test_a_head_gets_the_headers_of_a_get_and_no_body(catalog: Catalog) -> None:
+    """Through the WSGI handler as a server calls it (the test client drops a HEAD's body
+    itself, so it would hide a body sent): no body bytes, GET's Content-Length."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+    from django.test import RequestFactory
+
+    def call(method: str) -> tuple[str, dict[str, str], bytes]:
+        answered: dict[str, Any] = {}
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], object]:
+            answered["status"], answered["headers"] = status, dict(headers)
+            return lambda data: None
+
+        environ = RequestFactory().generic(method, "/").environ
+        # As the test client does: the test's transaction must outlive the request.
+        request_started.disconnect(close_old_connections)
+        request_finished.disconnect(close_old_connections)
+        try:
+            response = WSGIHandler()(environ, start_response)
+            body = b"".join(response)
+            response.close()
+        finally:
+            request_started.connect(close_old_connections)
+            request_finished.connect(close_old_connections)
+        return answered["status"], answered["headers"], body
+
+    status, headers, body = call("HEAD")
+    got_status, got_headers, got_body = call("GET")
+    assert status == got_status == "200 OK"
+    assert body == b"" and got_body
+    assert headers["Content-Length"] == str(len(got_body))

@@ -56,6 +56,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a HEAD's headers are final before its body is dropped.
+    "cachesafe.middleware.HeadWithoutBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before anything reads the query string or can raise: cleaning, then 503s (not 500s).
