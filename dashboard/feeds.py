@@ -27,12 +27,15 @@ class _ChangeFeed(Feed):  # type: ignore[type-arg]
     def item_title(self, item: TemplateChange) -> str:
         # Syndication escapes titles itself; repo ids and commit titles come from the Hub.
         title = f" ({item.title})" if item.title else ""
-        return f"{item.model.repo_id}: chat template changed{title}"
+        # A first version is a template added, not changed (nothing before it to diff).
+        what = "chat template changed" if item.old_version_id else "chat template added"
+        return f"{item.model.repo_id}: {what}{title}"
 
     def item_description(self, item: TemplateChange) -> str:
         verdict = item.model.get_verdict_display()
+        what = "changed" if item.old_version_id else "added"
         return (
-            f"Commit {item.commit_sha[:12]} changed the chat template of {item.model.repo_id}. "
+            f"Commit {item.commit_sha[:12]} {what} the chat template of {item.model.repo_id}. "
             f"Current verdict: {verdict}."
         )
 

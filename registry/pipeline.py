@@ -125,7 +125,9 @@ def _template_event(change: TemplateChange) -> ModelEvent:
         model_id=change.model_id,
         kind=EventKind.TEMPLATE_CHANGED,
         key=f"template:{change.pk}",
-        summary=f"{change.model.repo_id}: chat template changed "
+        summary=f"{change.model.repo_id}: chat template added ({new[:12]})"
+        if old is None and new is not None
+        else f"{change.model.repo_id}: chat template changed "
         f"({old[:12] if old else 'none'} → {new[:12] if new else 'none'})",
         data={
             "change_id": change.pk,

@@ -297,6 +297,9 @@ def test_feeds_of_template_changes(client: Client, catalog: Catalog) -> None:
     text = everything.content.decode()
     assert text.count("<entry>") == 4  # each demo model's first template, and the thinker's change
     assert "Strip reasoning from earlier turns" in text
+    # A first template is added, a later one changed.
+    assert text.count(": chat template added (") == 3
+    assert text.count(": chat template changed (Strip reasoning from earlier turns)") == 1
     assert f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/" in text
     by_author = client.get("/feeds/authors/cachesafe-demo.atom").content.decode()
     assert by_author.count("<entry>") == 4

@@ -83,7 +83,8 @@ def test_two_beat_ticks_and_a_duplicate_delivery_do_the_work_once(celery_workers
     wait_for(lambda: CheckRun.objects.get(pk=run.pk).status == CheckStatus.DONE, 60, "the check")
     wait_for(lambda: worker.log().count("done already") >= 1, 30, "the duplicates to finish")
     assert engine_runs(worker.log(), run.pk) == 1
-    assert ModelEvent.objects.filter(model=model, kind=EventKind.TEMPLATE_CHANGED).count() == 1
+    event = ModelEvent.objects.get(model=model, kind=EventKind.TEMPLATE_CHANGED)
+    assert event.summary.startswith(f"{model.repo_id}: chat template added (")  # its first
     assert CheckRun.objects.count() == 1
 
 
