@@ -30,6 +30,9 @@ from checks.clients import PROFILE_NAMES
 from checks.reuse import CACHE_CLASSES
 from checks.setups import THINKING_CHOICES as SETUP_THINKING
 from registry.models import (
+    HUB_PAGE,
+    HUB_QUERY,
+    HUB_SITE,
     REPO_ID_RE,
     CheckStatus,
     ModelStatus,
@@ -58,9 +61,10 @@ NO_NUL_PATTERN = r"^[^\x00]*$"
 #: One half of a Hub repo id, as long as the registry keeps one (`REPO_ID_RE`: 96).
 REPO_PART_MAX = 100
 #: What `validate_repo_id` accepts, as a pattern for clients: a Hub id (`REPO_ID_RE`), maybe
-#: as its huggingface.co URL, maybe with spaces or slashes around it (it strips those).
+#: in the address of one of its Hub pages (`HUB_SITE`, `HUB_PAGE`, `HUB_QUERY`), maybe with
+#: spaces or slashes around it (it strips those).
 REPO_ID_INPUT_PATTERN = (
-    r"^\s*/*(?:https://huggingface\.co/)?" + REPO_ID_RE.pattern.strip("^$") + r"/*\s*$"
+    rf"^\s*/*(?:{HUB_SITE})?" + REPO_ID_RE.pattern.strip("^$") + rf"{HUB_PAGE}/*{HUB_QUERY}\s*$"
 )
 
 
@@ -280,7 +284,7 @@ class CatalogFilters(QueryParams):
 
 class TrackRequest(BaseModel):
     repo_id: Annotated[str, Field(max_length=300), NoNul, HubRepoId] = Field(
-        description="owner/name, or the model's https://huggingface.co/ URL",
+        description="owner/name, or the address of one of the model's Hub pages (https://huggingface.co/…)",
         examples=["Qwen/Qwen3-8B"],
     )
 
@@ -313,7 +317,7 @@ class DiagnoseRequest(BaseModel):
     repo_id: Annotated[str, Field(max_length=300), NoNul, HubRepoIdOrBlank] | None = Field(
         None,
         description="a tracked model whose current template renders them: owner/name, or the "
-        "model's https://huggingface.co/ URL",
+        "address of one of the model's Hub pages (https://huggingface.co/…)",
     )
     template: Annotated[str, Field(max_length=256 * 1024)] | None = Field(
         None, description="or a chat template (Jinja) pasted whole"

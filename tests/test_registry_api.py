@@ -4,6 +4,7 @@ form), the Hub webhook; and what the API refuses before its views run (type, siz
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from dashboard import api
+from dashboard.api_schemas import REPO_ID_INPUT_PATTERN
 from registry import rate_limits, tracking
 from registry.hub import HubClient
 from registry.models import HubModel, ModelStatus, Watch, WatchKind, validate_repo_id
@@ -395,3 +397,23 @@ def test_an_invalid_id_is_told_what_is_wrong_with_it(repo_id: str, reason: str) 
     assert f"is not a Hub model id ({reason}" in refused.value.messages[0]
     # With that one thing changed, the id passes.
     assert validate_repo_id("acme/" + "m" * 96) == "acme/" + "m" * 96
+
+
+@pytest.mark.parametrize(
+    "pasted",
+    [
+        "https://huggingface.co/Qwen/Qwen3-0.6B",
+        "https://huggingface.co/Qwen/Qwen3-0.6B/tree/main",
+        "huggingface.co/Qwen/Qwen3-0.6B/blob/main/tokenizer_config.json#L12",
+        "https://hf.co/Qwen/Qwen3-0.6B?library=transformers",
+        "https://huggingface.co/Qwen/Qwen3-0.6B/discussions/3/",
+    ],
+)
+def test_an_address_copied_from_a_hub_page_gives_its_repo_id(pasted: str) -> None:
+    """What a reader copies from the browser on any of the repo's pages, and the schema's
+    pattern says the same to clients."""
+    assert validate_repo_id(pasted) == "Qwen/Qwen3-0.6B"
+    assert re.match(REPO_ID_INPUT_PATTERN, pasted)
+    with pytest.raises(ValidationError):
+        validate_repo_id("https://huggingface.co/Qwen/Qwen3-0.6B/settings")
+    assert not re.match(REPO_ID_INPUT_PATTERN, "https://huggingface.co/Qwen/Qwen3-0.6B/settings")

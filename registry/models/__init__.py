@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from .catalog import (
+    HUB_PAGE,
+    HUB_QUERY,
+    HUB_SITE,
     REPO_ID_RE,
     DiscoveryRun,
     Drift,
@@ -30,6 +33,9 @@ from .outbox import OutboxMessage
 from .probes import PROBE_SEVERITY, ProbeRun, ProbeRunQuerySet, ProbeState, ProbeVerdict
 
 __all__ = [
+    "HUB_PAGE",
+    "HUB_QUERY",
+    "HUB_SITE",
     "PROBE_SEVERITY",
     "REPO_ID_RE",
     "CatalogVerdict",

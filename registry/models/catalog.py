@@ -21,11 +21,26 @@ REPO_ID_RE = re.compile(
 )
 
 
+#: A Hub page's address around a repo id, as a reader copies it from the browser: the site
+#: (with or without its scheme), and after the id one of the repo's pages (`/tree/main`,
+#: `/blob/main/config.json`, …), a query or a fragment. `validate_repo_id` takes the id out;
+#: `dashboard.api_schemas` describes the same to clients.
+HUB_SITE = r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/"
+HUB_PAGES = ("tree", "blob", "resolve", "raw", "commit", "commits", "discussions", "edit")
+HUB_PAGE = r"(?:/(?:" + "|".join(HUB_PAGES) + r")(?:/[^?#\s]*)?)?"
+HUB_QUERY = r"(?:[?#]\S*)?"
+_HUB_SITE_RE = re.compile(HUB_SITE)
+
+
 def validate_repo_id(value: str) -> str:
-    """The repo id, stripped; raises ValidationError with a one-line message."""
-    repo_id = value.strip().strip("/")
-    if repo_id.startswith("https://huggingface.co/"):
-        repo_id = repo_id.removeprefix("https://huggingface.co/")
+    """The repo id, stripped (of a Hub address around it too); raises ValidationError with a
+    one-line message."""
+    text = value.strip().lstrip("/")
+    text = _HUB_SITE_RE.sub("", text, count=1) if _HUB_SITE_RE.match(text) else text
+    repo_id = re.split(r"[?#]", text, maxsplit=1)[0].strip("/")
+    parts = repo_id.split("/")
+    if len(parts) > 2 and parts[2] in HUB_PAGES:
+        repo_id = "/".join(parts[:2])
     if not REPO_ID_RE.match(repo_id):
         raise ValidationError(
             f"{value.strip()[:120]!r} is not a Hub model id ({_why_not(repo_id)})",
