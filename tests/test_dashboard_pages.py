@@ -251,6 +251,10 @@ def test_pair_page_shows_both_renders_and_the_divergence(client: Client, catalog
     # No tokenizer in this catalog: blocks are counted in tokens, so the page says so.
     block = engines.split("Block cache (vLLM, SGLang)")[1].split("</tr>")[0]
     assert "needs a tokenizer" in block
+    # What a turn must reuse to cost only the reply, in the pair's unit.
+    assert "Needs to reuse, for the turn to cost only the reply" in engines
+    trimmable = engines.split("Trimmable")[1].split("</tr>")[0]
+    assert re.search(r"<td>\d+ bytes</td>$", trimmable), trimmable
     lines = body.split("The template lines that wrote the difference")[1].split("</section>")[0]
     assert "#L6" in lines and "#L7" in lines and "#L3" not in lines  # this pair's lines only
     # The latest link of this pair, and the copyable pinned link.
