@@ -30,10 +30,7 @@ from checks.clients import PROFILE_NAMES
 from checks.reuse import CACHE_CLASSES
 from checks.setups import THINKING_CHOICES as SETUP_THINKING
 from registry.models import (
-    HUB_PAGE,
-    HUB_QUERY,
-    HUB_SITE,
-    REPO_ID_RE,
+    REPO_ID_INPUT_PATTERN,
     CheckStatus,
     ModelStatus,
     ProbeState,
@@ -60,12 +57,6 @@ from .catalog import (
 NO_NUL_PATTERN = r"^[^\x00]*$"
 #: One half of a Hub repo id, as long as the registry keeps one (`REPO_ID_RE`: 96).
 REPO_PART_MAX = 100
-#: What `validate_repo_id` accepts, as a pattern for clients: a Hub id (`REPO_ID_RE`), maybe
-#: in the address of one of its Hub pages (`HUB_SITE`, `HUB_PAGE`, `HUB_QUERY`), maybe with
-#: spaces or slashes around it (it strips those).
-REPO_ID_INPUT_PATTERN = (
-    rf"^\s*/*(?:{HUB_SITE})?" + REPO_ID_RE.pattern.strip("^$") + rf"{HUB_PAGE}/*{HUB_QUERY}\s*$"
-)
 
 
 def _no_nul(value: str) -> str:

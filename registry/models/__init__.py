@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from .catalog import (
-    HUB_PAGE,
-    HUB_QUERY,
-    HUB_SITE,
+    REPO_ID_INPUT_PATTERN,
     REPO_ID_RE,
     DiscoveryRun,
     Drift,
@@ -33,10 +31,8 @@ from .outbox import OutboxMessage
 from .probes import PROBE_SEVERITY, ProbeRun, ProbeRunQuerySet, ProbeState, ProbeVerdict
 
 __all__ = [
-    "HUB_PAGE",
-    "HUB_QUERY",
-    "HUB_SITE",
     "PROBE_SEVERITY",
+    "REPO_ID_INPUT_PATTERN",
     "REPO_ID_RE",
     "CatalogVerdict",
     "CheckRun",

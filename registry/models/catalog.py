@@ -16,37 +16,44 @@ from checks.reports import VERDICT_LABELS
 from checks.sources import sha256_text
 
 #: A Hub model id: `owner/name`, letters, digits, `-`, `_`, `.`; no `--`/`..`; 96 chars a part.
-REPO_ID_RE = re.compile(
-    r"^(?!.*(--|\.\.))[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?/[\w](?:[\w.-]{0,94}[\w])?$"
-)
-
+#: The look-ahead for `--` and `..` reads the id only (the owner, then owner/name), so the same
+#: pieces also make `REPO_ID_INPUT_PATTERN`, where more may follow the id.
+_NO_DOUBLES = r"(?!(?:[\w.-]*/)?[\w.-]*(?:--|\.\.))"
+_REPO_ID = _NO_DOUBLES + r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?/[\w](?:[\w.-]{0,94}[\w])?"
+REPO_ID_RE = re.compile(rf"^{_REPO_ID}$")
 
 #: A Hub page's address around a repo id, as a reader copies it from the browser: the site
 #: (with or without its scheme), and after the id one of the repo's pages (`/tree/main`,
-#: `/blob/main/config.json`, …), a query or a fragment. `validate_repo_id` takes the id out;
-#: `dashboard.api_schemas` describes the same to clients.
+#: `/blob/main/config.json`, …), a query or a fragment; spaces and slashes around it. Inside
+#: the address, no space or control character (listed as a range: engines differ on what
+#: `\s` covers) and no NUL (a repo id field refuses one first, `NoNul`).
 HUB_SITE = r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/"
 HUB_PAGES = ("tree", "blob", "resolve", "raw", "commit", "commits", "discussions", "edit")
-HUB_PAGE = r"(?:/(?:" + "|".join(HUB_PAGES) + r")(?:/[^?#\s]*)?)?"
-HUB_QUERY = r"(?:[?#]\S*)?"
-_HUB_SITE_RE = re.compile(HUB_SITE)
+HUB_PAGE = r"(?:/(?:" + "|".join(HUB_PAGES) + r")(?:/[^?#\x00-\x20]*)?)?"
+HUB_QUERY = r"(?:[?#][^\x00-\x20]*)?"
+#: What `validate_repo_id` accepts, the id its one group: the API's schema gives clients this
+#: very pattern (dashboard.api_schemas), so the two cannot disagree.
+REPO_ID_INPUT_PATTERN = rf"^\s*/*(?:{HUB_SITE})?({_REPO_ID}){HUB_PAGE}/*{HUB_QUERY}\s*$"
+_REPO_ID_INPUT_RE = re.compile(REPO_ID_INPUT_PATTERN)
 
 
 def validate_repo_id(value: str) -> str:
-    """The repo id, stripped (of a Hub address around it too); raises ValidationError with a
-    one-line message."""
+    """The repo id, out of what was pasted (an id, or the address of one of its Hub pages);
+    raises ValidationError with a one-line message."""
+    found = _REPO_ID_INPUT_RE.match(value)
+    if found:
+        return found.group(1)
+    # Refused: say what is wrong with the part that was meant as the id.
     text = value.strip().lstrip("/")
-    text = _HUB_SITE_RE.sub("", text, count=1) if _HUB_SITE_RE.match(text) else text
+    text = re.sub(rf"^{HUB_SITE}", "", text, count=1)
     repo_id = re.split(r"[?#]", text, maxsplit=1)[0].strip("/")
     parts = repo_id.split("/")
     if len(parts) > 2 and parts[2] in HUB_PAGES:
         repo_id = "/".join(parts[:2])
-    if not REPO_ID_RE.match(repo_id):
-        raise ValidationError(
-            f"{value.strip()[:120]!r} is not a Hub model id ({_why_not(repo_id)})",
-            code="invalid_repo_id",
-        )
-    return repo_id
+    raise ValidationError(
+        f"{value.strip()[:120]!r} is not a Hub model id ({_why_not(repo_id)})",
+        code="invalid_repo_id",
+    )
 
 
 def _why_not(repo_id: str) -> str:
