@@ -85,13 +85,13 @@ THINKING_CHUNKS = ClientProfile(
 )
 OBJECT_ARGUMENTS = ClientProfile(
     "arguments_objects",
-    "tool-call arguments as objects (what vLLM and SGLang pass after parsing)",
+    "sends tool-call arguments as objects (what vLLM and SGLang pass after parsing)",
     REASONING_DROPPED,
     ARGUMENTS_OBJECTS,
 )
 STRING_ARGUMENTS = ClientProfile(
     "arguments_strings",
-    "tool-call arguments as JSON strings (the OpenAI wire form, passed through)",
+    "sends tool-call arguments as JSON strings (the OpenAI wire form, passed through)",
     REASONING_DROPPED,
     ARGUMENTS_STRINGS,
 )

@@ -280,9 +280,18 @@ def setup_sentences(variant: VariantResult) -> list[str]:
         pairs = [p for c in worse for s in c.sessions for p in s.pairs if p.status == "fail"]
         why = f" ({_cause_phrase(pairs)}, {_sessions_phrase(pairs)})" if pairs else ""
         parts.append(f"With {names}, the prompt breaks{why}.")
-    if better:
-        names = " or ".join(_CLIENT_WORDS.get(c.profile, c.profile) for c in better)
+    whole = [c for c in better if c.verdict == SAFE]
+    partly = [c for c in better if c.verdict != SAFE]
+    if whole:
+        names = " or ".join(_CLIENT_WORDS.get(c.profile, c.profile) for c in whole)
         parts.append(f"With {names}, it is cache-safe.")
+    if partly:
+        # Not advice to follow as it is: the template refuses some conversations that way.
+        names = " or ".join(_CLIENT_WORDS.get(c.profile, c.profile) for c in partly)
+        parts.append(
+            f"With {names}, it is cache-safe only in the conversations that render: the "
+            "template refuses the others."
+        )
     return parts
 
 

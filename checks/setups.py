@@ -256,12 +256,17 @@ def _sentence(
         ):
             fixes.append(f"pass {_kwargs_hint(other)}")
             break
-    for profile in PROFILES:
-        if profile.name != setup.client and verdict_in(variant, profile.name, setup.engine) in (
-            SAFE,
-            SAFE_WHERE_RENDERABLE,
-        ):
-            fixes.append(f"use a client that {profile.label}")
+    others = [
+        (profile, verdict_in(variant, profile.name, setup.engine))
+        for profile in PROFILES
+        if profile.name != setup.client
+    ]
+    # A client under which every conversation renders first; one under which the template
+    # refuses some is advice with that said.
+    for profile, found in sorted(others, key=lambda pair: pair[1] != SAFE):
+        if found in (SAFE, SAFE_WHERE_RENDERABLE):
+            refused = "" if found == SAFE else " (the template then refuses some conversations)"
+            fixes.append(f"use a client that {profile.label}{refused}")
             break
     if setup.engine == HYBRID and verdict_in(variant, setup.client, HYBRID_CHECKPOINTS) in (
         SAFE,

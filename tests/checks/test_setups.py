@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checks.clients import PROFILE_NAMES
+from checks.clients import PROFILE_NAMES, PROFILES
 from checks.engine import run_check
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import SAFE, SAFE_WHERE_RENDERABLE, UNSAFE, ClientResult, TemplateReport
@@ -78,6 +78,19 @@ THINKING_OFF_BREAKS = """{%- for m in messages -%}
 {%- if add_generation_prompt %}<assistant>
 {%- if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}
 {%- endif -%}
+"""
+
+
+# DeepSeek R1 style: arguments added to a string, so objects make tool conversations raise;
+# with strings, the newest call is marked, and the mark moves once a turn is added.
+OBJECTS_OR_NOTHING = """{%- for m in messages -%}
+{%- set recent = loop.revindex0 < 2 -%}
+<{{ m.role }}>{{ m.content }}
+{%- for call in m.tool_calls or [] %}[CALL{% if recent %} recent{% endif %}]
+{{- call.function.name + ' ' + call.function.arguments }}{% endfor -%}
+</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
 """
 
 
@@ -239,3 +252,24 @@ def test_a_safe_setting_names_the_one_that_breaks_and_why_the_headline_says_brea
     assert off is not None and off.verdict == UNSAFE
     plain = setup_verdict(report_for(CHATML), Setup())
     assert plain is not None and "it breaks" not in plain.sentence
+
+
+def test_a_client_is_named_in_words_that_follow_a_client_that() -> None:
+    """Every sentence says "a client that <label>": each label starts with what it does."""
+    for profile in PROFILES:
+        assert profile.label.split()[0] in {"drops", "sends"}, profile.label
+
+
+def test_a_client_under_which_the_template_refuses_conversations_is_not_plain_advice() -> None:
+    """DeepSeek R1 style: arguments as objects keep the prompt but the template refuses
+    some conversations that way; the advice says so rather than "cache-safe"."""
+    report = report_for(OBJECTS_OR_NOTHING)
+    objects = client(report, "arguments_objects")
+    assert objects.verdict == SAFE_WHERE_RENDERABLE
+    assert "it is cache-safe only in the conversations that render" in report.summary
+    chosen = setup_verdict(report, Setup(client="arguments_strings"))
+    assert chosen is not None and chosen.verdict == UNSAFE
+    assert (
+        "use a client that sends tool-call arguments as objects (what vLLM and SGLang pass "
+        "after parsing) (the template then refuses some conversations)"
+    ) in chosen.sentence
