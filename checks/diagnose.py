@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -665,6 +665,41 @@ def diagnose_source(
         name = pick(request)
         return templates.get(f"{source.sha256}:{name}", source.templates[name])
 
-    return diagnose_renders(
-        requests, template_for, context, max_output_chars or DEFAULT_MAX_OUTPUT_CHARS, tokens
-    )
+    limit = max_output_chars or DEFAULT_MAX_OUTPUT_CHARS
+    parsed = [with_object_arguments(request) for request in requests]
+    if any(new is not old for new, old in zip(parsed, requests, strict=True)):
+        # Tool-call arguments as the servers hand them to the template: parsed into objects
+        # (mlx-lm's and vLLM's servers do). A template that refuses objects (DeepSeek R1's
+        # adds them to a string) gets them as they were sent, for every request alike.
+        try:
+            return diagnose_renders(parsed, template_for, context, limit, tokens)
+        except RequestFailed:
+            pass
+    return diagnose_renders(requests, template_for, context, limit, tokens)
+
+
+def with_object_arguments(request: ClientRequest) -> ClientRequest:
+    """`request` with each tool call's JSON-string arguments parsed into an object; the same
+    request when none is (arguments that are not a JSON object stay as they were)."""
+    messages = []
+    changed = False
+    for message in request.messages:
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list):
+            messages.append(message)
+            continue
+        parsed_calls = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    value = json.loads(arguments)
+                except (ValueError, RecursionError):
+                    value = None
+                if isinstance(value, dict):
+                    call = {**call, "function": {**function, "arguments": value}}  # type: ignore[dict-item]
+                    changed = True
+            parsed_calls.append(call)
+        messages.append({**message, "tool_calls": parsed_calls})
+    return replace(request, messages=tuple(messages)) if changed else request

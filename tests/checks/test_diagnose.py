@@ -151,6 +151,37 @@ def test_a_message_removed_before_a_new_one_is_truncation_not_an_edit() -> None:
     assert (change := client_change(old, new)) is not None and change.cause == "history_edited"
 
 
+#: GLM style: reads each argument of a call as an object's items (a string has none).
+ITEMS = (
+    "{%- for m in messages -%}<{{ m.role }}>{{ m.content }}"
+    "{%- for call in m.tool_calls or [] %}[{{ call.function.name }}"
+    "{%- for key, value in call.function.arguments.items() %} {{ key }}={{ value }}{% endfor %}]"
+    "{%- endfor %}</s>{%- endfor -%}{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+#: DeepSeek R1 style: adds the arguments to a string (an object raises).
+CONCATENATED = (
+    "{%- for m in messages -%}<{{ m.role }}>{{ m.content }}"
+    "{%- for call in m.tool_calls or [] %}"
+    "[{{ call.function.name + ' ' + call.function.arguments }}]"
+    "{%- endfor %}</s>{%- endfor -%}{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+
+
+@pytest.mark.parametrize("template", [ITEMS, CONCATENATED], ids=["objects", "strings"])
+def test_tool_arguments_reach_the_template_as_the_server_passes_them(
+    pool: SandboxPool, template: str
+) -> None:
+    """OpenAI clients send arguments as JSON strings; the servers parse them into objects
+    before the template sees them, and a template that refuses objects gets the strings."""
+    asked = [{"role": "user", "content": "weather in Paris?"}]
+    called = [*asked, {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}]
+    answered = [*called, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    bodies = [{"messages": asked}, {"messages": answered}]
+    requests = parse_text("\n".join(json.dumps(b) for b in bodies), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": template}), requests, pool=pool)
+    assert pair["cause"] == "none", pair
+
+
 def test_a_template_that_fails_names_the_request(pool: SandboxPool) -> None:
     failing = (
         "{%- for m in messages -%}{{ m.content }}"
