@@ -17,8 +17,10 @@ what huggingface_hub already brings.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import queue
+import re
 import sys
 import threading
 import time
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from checks.diagnose import (
     HINTS,
@@ -100,7 +102,10 @@ class Recorder:
             best.requests.append(request)
             return best, previous
 
-    def diagnose(self, previous: ClientRequest | None, request: ClientRequest) -> dict[str, Any]:
+    def diagnose(
+        self, previous: ClientRequest | None, request: ClientRequest, number: int = 2
+    ) -> dict[str, Any]:
+        """Request `number` of its conversation against the one before it."""
         if previous is None:
             return {"cause": "first", "prompt_reuse": None, "hint": "", "detail": "first request"}
         if self.template is not None:
@@ -115,8 +120,14 @@ class Recorder:
                     tokenizer_json=self.tokenizer_json,
                 )
             except SandboxError as exc:
-                return {"cause": "error", "prompt_reuse": None, "hint": "", "detail": str(exc)}
-            return pair
+                # Diagnosed as a pair of two: say the conversation's own numbers.
+                said = re.sub(
+                    r"^request ([12]):",
+                    lambda found: f"request {number - 2 + int(found.group(1))}:",
+                    str(exc),
+                )
+                return {"cause": "error", "prompt_reuse": None, "hint": "", "detail": said}
+            return {**pair, "from": number - 1, "to": number}
         change = client_change(previous, request)
         if change is None:
             return {
@@ -171,6 +182,39 @@ def cache_figures(answer: bytes) -> dict[str, int | None]:
     return found
 
 
+class BodyError(ValueError):
+    """A request body the proxy cannot read: the status to answer and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def read_chunked(stream: BinaryIO | io.BufferedIOBase, most: int) -> bytes:
+    """A body sent with `Transfer-Encoding: chunked` (curl's for a piped file; some clients'
+    for every body), whole: relayed with a length, and recorded like any other."""
+    body = bytearray()
+    while True:
+        line = stream.readline(1024)
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise BodyError(400, "a chunk of the body has no readable size") from None
+        if size < 0:
+            raise BodyError(400, "a chunk of the body has no readable size")
+        if size == 0:
+            while stream.readline(1024) not in (b"\r\n", b"\n", b""):
+                pass  # trailers: nothing here needs them
+            return bytes(body)
+        if len(body) + size > most:
+            raise BodyError(413, f"request body over {most} bytes")
+        chunk = stream.read(size)
+        if len(chunk) < size:
+            raise BodyError(400, "the body ended inside a chunk")
+        body.extend(chunk)
+        stream.readline(1024)  # the CRLF after the chunk
+
+
 def make_handler(
     upstream: str, recorder: Recorder, out: IO[str], log: IO[str] | None, keep_bodies: bool
 ) -> type[BaseHTTPRequestHandler]:
@@ -179,13 +223,20 @@ def make_handler(
     client = httpx2.Client(timeout=httpx2.Timeout(600.0, connect=10.0))
     # Diagnoses run on one background thread, in arrival order: the answer is never held up by
     # the sandbox, and the next request on a kept-alive connection does not wait for it.
-    backlog: queue.Queue[tuple[str, bytes, bytes, int, float | None]] = queue.Queue()
+    # An item is a request to record, or a failure of the relay to report (its path and what).
+    backlog: queue.Queue[tuple[str, bytes, bytes, int, float | None] | tuple[str, str]]
+    backlog = queue.Queue()
 
     def recorder_loop() -> None:
         while True:
-            path, body, answer, status, ttft = backlog.get()
+            item = backlog.get()
+            path = item[0]
             try:
-                entry = record(recorder, path, body, answer, status, ttft, keep_bodies)
+                if len(item) == 2:
+                    entry: dict[str, Any] = {"path": path, "status": 502, "failed": item[1]}
+                else:
+                    _, body, answer, status, ttft = item
+                    entry = record(recorder, path, body, answer, status, ttft, keep_bodies)
                 out.write(line_for(entry) + "\n")
                 out.flush()
                 if log is not None:
@@ -207,26 +258,56 @@ def make_handler(
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
             return  # our own line per request instead of the access log
 
+        def _fail(self, status: int, message: str) -> None:
+            """An error of the proxy's own, as JSON in the shape OpenAI clients read."""
+            data = json.dumps({"error": {"message": message, "type": "proxy_error"}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True
+
+        def _body(self) -> bytes:
+            """The request's body, sent with a length or in chunks; BodyError if unreadable."""
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                return read_chunked(self.rfile, MAX_BODY)
+            given = self.headers.get("Content-Length") or "0"
+            if not given.isdigit():
+                raise BodyError(400, f"Content-Length is not a length: {given[:40]!r}")
+            length = int(given)
+            if length > MAX_BODY:
+                raise BodyError(413, f"request body over {MAX_BODY} bytes")
+            return self.rfile.read(length) if length else b""
+
         def _relay(self) -> None:
             started = time.perf_counter()
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self.send_error(413, f"request body over {MAX_BODY} bytes")
+            try:
+                body = self._body()
+            except BodyError as exc:
+                self._fail(exc.status, str(exc))
                 return
-            body = self.rfile.read(length) if length else b""
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in HOP_BY_HOP and k.lower() != "content-length"
+            }
             tail = bytearray()
             first_byte: float | None = None
+            answered = False
             try:
                 with client.stream(
                     self.command, upstream + self.path, headers=headers, content=body
                 ) as answer:
-                    self.send_response(answer.status_code)
+                    # The upstream's own Server and Date headers go on: not a second pair.
+                    self.send_response_only(answer.status_code)
                     for key, value in answer.headers.items():
                         if key.lower() not in HOP_BY_HOP:
                             self.send_header(key, value)
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
+                    answered = True
                     for chunk in answer.iter_raw():
                         if not chunk:
                             continue
@@ -241,7 +322,12 @@ def make_handler(
                     self.wfile.flush()
                     status = answer.status_code
             except httpx2.HTTPError as exc:
-                self.send_error(502, f"upstream unreachable: {type(exc).__name__}")
+                said = f"upstream {upstream} unreachable: {type(exc).__name__}"
+                if answered:  # cut off mid-answer: nothing more can be said to the client
+                    self.close_connection = True
+                else:
+                    self._fail(502, said)
+                backlog.put((self.path, said))
                 return
             if self.command == "POST" and self.path.rstrip("/").endswith(
                 ("/chat/completions", "/messages")
@@ -276,7 +362,7 @@ def record(
         "status": status,
         "conversation": conversation.number,
         "request": len(conversation.requests),
-        "diagnosis": recorder.diagnose(previous, request),
+        "diagnosis": recorder.diagnose(previous, request, len(conversation.requests)),
         **cache_figures(answer),
         "ttft_ms": None if ttft is None else round(ttft, 1),
     }
@@ -286,6 +372,8 @@ def record(
 
 
 def line_for(entry: dict[str, Any]) -> str:
+    if "failed" in entry:
+        return f"{entry['path']}: {entry['failed']}"
     if "error" in entry:
         return f"{entry['path']}: not a chat request we can read ({entry['error']})"
     diagnosis = entry["diagnosis"]

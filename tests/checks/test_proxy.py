@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -233,3 +234,71 @@ def test_a_body_nested_too_deeply_is_reported_and_the_next_still_diagnosed(
         "(nested too deeply: line 1 column 1 (char 0))"
     )
     assert lines[1].startswith("[conversation 1 request 1] first")
+
+
+def test_a_chunked_body_and_the_conversations_own_numbers(stub: str, pool: SandboxPool) -> None:
+    """A body sent in chunks reaches the upstream whole and is diagnosed; each pair is
+    numbered as the conversation counts its requests, and the upstream's Server and Date
+    headers are passed on once."""
+    out, log = io.StringIO(), io.StringIO()
+    proxy = serve(
+        stub,
+        ("127.0.0.1", 0),
+        template=TemplateSource({"default": PLAIN}),
+        out=out,
+        log=log,
+        pool=pool,
+    )
+    base = started(proxy)
+    bodies = conversation()
+    with httpx2.Client() as client:
+        for body in bodies:
+            data = json.dumps(body).encode()
+            answer = client.post(
+                base + "/v1/chat/completions",
+                content=iter([data[:10], data[10:]]),  # no length: sent in chunks
+                headers={"Content-Type": "application/json"},
+            )
+            assert answer.json() == STUB_ANSWER
+    drain(proxy)
+    proxy.shutdown()
+    proxy.server_close()
+    entries = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [e["request"] for e in entries] == [1, 2, 3]
+    assert [(e["diagnosis"].get("from"), e["diagnosis"].get("to")) for e in entries] == [
+        (None, None),
+        (1, 2),
+        (2, 3),
+    ]
+    assert [k.lower() for k in answer.headers].count("server") <= 1
+    assert [k.lower() for k in answer.headers].count("date") <= 1
+
+
+def test_bad_bodies_and_a_dead_upstream_get_json_errors_and_a_line(pool: SandboxPool) -> None:
+    """What an OpenAI client can read (JSON), and a line in the proxy's own output."""
+    out = io.StringIO()
+    dead = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    upstream = f"http://127.0.0.1:{dead.server_address[1]}"
+    dead.server_close()  # nothing listens there any more
+    proxy = serve(upstream, ("127.0.0.1", 0), out=out, pool=pool)
+    base = started(proxy)
+    with httpx2.Client() as client:
+        gone = client.post(base + "/v1/chat/completions", json=conversation()[0])
+    # A length that is not one (no HTTP client library sends that: a socket does).
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}"
+        )
+        reply = b""
+        while chunk := raw.recv(65536):
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    drain(proxy)
+    proxy.shutdown()
+    proxy.server_close()
+    assert gone.status_code == 502
+    assert "unreachable" in gone.json()["error"]["message"]
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert "Content-Length is not a length" in json.loads(payload)["error"]["message"]
+    assert f"/v1/chat/completions: upstream {upstream} unreachable: ConnectError" in out.getvalue()
