@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx2
 import pytest
@@ -86,19 +86,26 @@ def pool() -> Iterator[SandboxPool]:
     pool.close()
 
 
+def proxy_with_template(
+    upstream: str, out: IO[str], log: IO[str], pool: SandboxPool
+) -> ThreadingHTTPServer:
+    """A proxy on a free port in front of `upstream`, diagnosing with PLAIN."""
+    return serve(
+        upstream,
+        ("127.0.0.1", 0),
+        template=TemplateSource({"default": PLAIN}),
+        out=out,
+        log=log,
+        pool=pool,
+    )
+
+
 def test_every_request_gets_a_diagnosis_and_the_servers_cache_figure(
     stub: str, pool: SandboxPool, tmp_path: Path
 ) -> None:
     out, log_path = io.StringIO(), tmp_path / "proxy.jsonl"
     with log_path.open("a") as log:
-        proxy = serve(
-            stub,
-            ("127.0.0.1", 0),
-            template=TemplateSource({"default": PLAIN}),
-            out=out,
-            log=log,
-            pool=pool,
-        )
+        proxy = proxy_with_template(stub, out, log, pool)
         base = started(proxy)
         bodies = conversation()
         bodies[1]["messages"][0]["content"] += " cwd=/home/a"  # a volatile system prompt
@@ -241,14 +248,7 @@ def test_a_chunked_body_and_the_conversations_own_numbers(stub: str, pool: Sandb
     numbered as the conversation counts its requests, and the upstream's Server and Date
     headers are passed on once."""
     out, log = io.StringIO(), io.StringIO()
-    proxy = serve(
-        stub,
-        ("127.0.0.1", 0),
-        template=TemplateSource({"default": PLAIN}),
-        out=out,
-        log=log,
-        pool=pool,
-    )
+    proxy = proxy_with_template(stub, out, log, pool)
     base = started(proxy)
     bodies = conversation()
     with httpx2.Client() as client:
