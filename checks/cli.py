@@ -46,7 +46,7 @@ from checks.reports import (
     VERDICT_LABELS,
 )
 from checks.reuse import BLOCK, CACHE_CLASSES, HYBRID, HYBRID_CHECKPOINTS, TRIMMABLE
-from checks.sandbox import DEFAULT_CPU_SECONDS
+from checks.sandbox import DEFAULT_CPU_SECONDS, cpu_budget
 from checks.setups import THINKING_CHOICES, THINKING_DEFAULT, Setup, reply_fate, setup_verdict
 from checks.sources import SourceError, decode_text, load_repository
 
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cpu-seconds",
         "--timeout",
         dest="cpu_seconds",
-        type=float,
+        type=cpu_budget,
         default=DEFAULT_CPU_SECONDS,
         help="CPU seconds one template check may use (the service's default too)",
     )

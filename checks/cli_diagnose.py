@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from checks import RequestError, SandboxLimits, SandboxPool, diagnose_requests, read_requests
-from checks.sandbox import DEFAULT_CPU_SECONDS, SandboxError
+from checks.sandbox import DEFAULT_CPU_SECONDS, SandboxError, cpu_budget
 
 
 class UsageError(Exception):
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help='print {"pairs": [...]} as JSON')
     parser.add_argument(
         "--cpu-seconds",
-        type=float,
+        type=cpu_budget,
         default=DEFAULT_CPU_SECONDS,
         help="CPU seconds per 20 requests",
     )

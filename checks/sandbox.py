@@ -7,6 +7,7 @@ runs out of memory is killed and replaced; the job becomes an `error` verdict wi
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import itertools
@@ -31,6 +32,25 @@ GIB = 1024**3
 #: CPU seconds one template check may use: the same for the CLI and the service, so a template
 #: gets the same verdict wherever it is checked.
 DEFAULT_CPU_SECONDS = 10.0
+#: The most a caller may give one job: an hour (beyond it the clock's arithmetic overflows).
+MAX_CPU_SECONDS = 3600.0
+
+
+def cpu_budget(text: str) -> float:
+    """A `--cpu-seconds` value: a number of seconds above 0, at most MAX_CPU_SECONDS (argparse
+    says what is wrong: `inf` overflowed the clock, `nan` and negatives hung until the wall
+    guard, and 0 gave what a race decided)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds <= MAX_CPU_SECONDS:  # (False for nan)
+        raise argparse.ArgumentTypeError(
+            f"{text} s: give more than 0 and at most {MAX_CPU_SECONDS:g} seconds"
+        )
+    return seconds
+
+
 #: Wall time is only a last guard, far above the CPU budget: on a loaded machine a job waits
 #: for a core, and that must not change its verdict.
 WALL_GUARD_FACTOR = 10.0

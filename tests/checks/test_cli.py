@@ -282,3 +282,18 @@ def test_fail_on_gates_the_readers_own_setup(tmp_path: Path) -> None:
     checked = run(str(path), "--fail-on", "unsafe", "--engine", "hybrid_checkpoints")
     assert checked.returncode == 0 and "for your setup: Cache-safe" in checked.stdout
     assert run(str(path), "--engine", "quantum").returncode == 2
+
+
+@pytest.mark.parametrize("given", ["inf", "1e9", "-1", "nan", "0", "ten"])
+def test_a_cpu_budget_that_is_not_one_is_a_usage_error(tmp_path: Path, given: str) -> None:
+    """`inf` overflowed the clock, `nan` and negatives hung until the wall guard: argparse
+    says so at once, with exit 2, for the check and the diagnosis alike."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    for args in (
+        (str(template),),
+        ("diagnose", str(template), "--template", str(template)),
+    ):
+        process = run(*args, f"--cpu-seconds={given}", timeout=20)
+        assert process.returncode == 2, process.stderr
+        assert "--cpu-seconds" in process.stderr and "Traceback" not in process.stderr
