@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -20,4 +21,17 @@ def run(argv: list[str]) -> int:
     return main(argv)
 
 
-sys.exit(run(sys.argv[1:]))
+def exit_code(argv: list[str]) -> int:
+    """`run`, and a reader who stops reading (`| head`) ends it quietly, as other tools do:
+    Python's default would print a BrokenPipeError traceback."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout is gone: point it at nothing so the interpreter's own final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE (128 + 13)
+    return code
+
+
+sys.exit(exit_code(sys.argv[1:]))

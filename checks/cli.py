@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -143,6 +144,12 @@ def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[Ch
             items.append(_file_input(path, tokenizer_json))
         else:
             raise UsageError(f"no such file or directory: {path}")
+    if not items:
+        # A CI gate over a folder that holds no template must not pass as if all were safe.
+        raise UsageError(
+            f"no chat template found in {', '.join(map(str, paths))} (looked for .jinja files, "
+            "tokenizer_config.json, chat_template.json and repository folders)"
+        )
     return items
 
 
@@ -164,14 +171,22 @@ CAUSE_HINTS = {
 }
 
 
+def labelled(label: str, sentence: str) -> str:
+    """`label: sentence`, unless the sentence already begins with the label's words
+    ("Breaks the cache for a client that…")."""
+    if sentence.lower().startswith(label.lower()):
+        return sentence
+    return f"{label}: {sentence}"
+
+
 def fix_hint(report: TemplateReport) -> str:
     """One line saying what to do about a template that fails the gate."""
     if report.verdict == ERROR:
-        return f"does not render: {report.reason or report.summary}"
+        return report.reason or report.summary
     failure = next((f for f in report.failures if f.status == "fail"), None)
     if failure is None:
         return report.summary
-    lines = ",".join(map(str, failure.template_lines)) or "?"
+    lines = ", ".join(map(str, failure.template_lines)) or "?"
     hint = CAUSE_HINTS.get(failure.cause, "{lines}").format(lines=lines)
     return f"{failure.variant}, {failure.session}: {hint}"
 
@@ -205,21 +220,34 @@ def setup_rows(report: TemplateReport) -> list[str]:
     return rows
 
 
+def display_names(files: Sequence[str]) -> list[str]:
+    """Each file by its name, or, when two share one (a folder of repositories, each with its
+    `tokenizer_config.json`), by its path below the folder they share."""
+    names = [Path(f).name for f in files]
+    if len(set(names)) == len(names):
+        return names
+    paths = [Path(f) for f in files]
+    common = Path(os.path.commonpath([p.parent for p in paths]))
+    return [str(p.relative_to(common)) if p.is_relative_to(common) else str(p) for p in paths]
+
+
 def print_table(reports: Sequence[TemplateReport], out: IO[str]) -> None:
-    width = max([len(Path(r.file).name) for r in reports] + [8])
+    names = display_names([r.file for r in reports])
+    width = max([len(name) for name in names] + [8])
     out.write(f"{'TEMPLATE':<{width}}  {'VERDICT':<21}  SUMMARY\n")
-    for report in reports:
+    for report, name in zip(reports, names, strict=True):
         summary = textwrap.wrap(report.summary, 80) or [""]
         label = VERDICT_LABELS.get(report.verdict, report.verdict)
-        out.write(f"{Path(report.file).name:<{width}}  {label:<21}  {summary[0]}\n")
+        out.write(f"{name:<{width}}  {label:<21}  {summary[0]}\n")
         for line in summary[1:]:
             out.write(f"{'':<{width}}  {'':<21}  {line}\n")
         for failure in [f for f in report.failures if f.status == "fail"][:3]:
-            lines = ",".join(map(str, failure.template_lines)) or "?"
+            lines = ", ".join(map(str, failure.template_lines)) or "?"
+            many = "s" if len(failure.template_lines) > 1 else ""
             out.write(
                 f"{'':<{width}}  {'':<21}  - {failure.variant} / {failure.session} "
                 f"request {failure.request_index}: {failure.cause} at byte {failure.byte_offset} "
-                f"({failure.segment}, template line {lines})\n"
+                f"({failure.segment}, template line{many} {lines})\n"
             )
         for row in setup_rows(report):
             out.write(f"{'':<{width}}  {'':<21}  {row}\n")
@@ -235,7 +263,7 @@ def _gate_on_setup(
         verdict = report.verdict if chosen is None else chosen.verdict
         sentence = chosen.sentence if chosen is not None else fix_hint(report)
         if verdict is not None and verdict in fail_on:
-            sys.stderr.write(f"{report.file}: {VERDICT_LABELS[verdict]}: {sentence}\n")
+            sys.stderr.write(f"{report.file}: {labelled(VERDICT_LABELS[verdict], sentence)}\n")
             failed = True
         elif not quiet:
             out.write(f"{Path(report.file).name}: for your setup: {sentence}\n")
@@ -289,5 +317,6 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return _gate_on_setup(reports, setup, set(args.fail_on), out, quiet=args.json)
     failing = [r for r in reports if r.verdict in set(args.fail_on)]
     for report in failing:
-        sys.stderr.write(f"{report.file}: {VERDICT_LABELS[report.verdict]}: {fix_hint(report)}\n")
+        label = VERDICT_LABELS[report.verdict]
+        sys.stderr.write(f"{report.file}: {labelled(label, fix_hint(report))}\n")
     return 1 if failing else 0

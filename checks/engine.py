@@ -844,6 +844,12 @@ def run_check(
 ) -> TemplateReport:
     """Check one template source in this process (the sandbox worker calls this)."""
     started = time.perf_counter()
+    if not any(text.strip() for text in source.templates.values()):
+        # It renders nothing for every conversation, which no check could call unsafe: not a
+        # verdict to give (a CI gate would pass an empty file).
+        return error_report(
+            source, file, "the template is empty: it renders nothing", started, tokenizer_sha
+        )
     options = options or CheckOptions()
     templates.environment.now = options.now
     renderer = Renderer(source, templates, options, observer, _memoized(tokens))

@@ -63,7 +63,9 @@ def test_fail_on_gates_a_ci_job_with_a_hint_per_failing_template(tmp_path: Path)
     assert "template line 2" in hint and "render history the same way every turn" in hint
     both = run(str(tmp_path), "--fail-on", "unsafe", "--fail-on", "error")
     assert both.returncode == 1
-    assert any("Does not render" in line for line in both.stderr.splitlines())
+    [refused] = [line for line in both.stderr.splitlines() if "loop.jinja" in line]
+    assert refused.startswith(f"{tmp_path / 'loop.jinja'}: Does not render: ")
+    assert "does not render" not in refused.lower().split("does not render", 1)[1]
     assert run(str(tmp_path / "chatml.jinja"), "--fail-on", "unsafe").returncode == 0
 
 
@@ -277,7 +279,9 @@ def test_fail_on_gates_the_readers_own_setup(tmp_path: Path) -> None:
     # On a hybrid model without checkpoints the same template loses every turn.
     hybrid = run(str(path), "--fail-on", "unsafe", "--engine", "hybrid")
     assert hybrid.returncode == 1
-    assert "Breaks the cache: Breaks the cache for a client that drops reasoning" in hybrid.stderr
+    # The sentence names the verdict itself: not said twice.
+    assert f"{path}: Breaks the cache for a client that drops reasoning" in hybrid.stderr
+    assert "Breaks the cache: Breaks the cache" not in hybrid.stderr
     assert "serve it with cache checkpoints" in hybrid.stderr
     checked = run(str(path), "--fail-on", "unsafe", "--engine", "hybrid_checkpoints")
     assert checked.returncode == 0 and "for your setup: Cache-safe" in checked.stdout
@@ -297,3 +301,45 @@ def test_a_cpu_budget_that_is_not_one_is_a_usage_error(tmp_path: Path, given: st
         process = run(*args, f"--cpu-seconds={given}", timeout=20)
         assert process.returncode == 2, process.stderr
         assert "--cpu-seconds" in process.stderr and "Traceback" not in process.stderr
+
+
+def test_a_reader_who_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
+    """`python -m checks templates/ | head -3`: no BrokenPipeError traceback. The table is
+    longer than a pipe holds, so the writer is still writing when the reader goes."""
+    for n in range(300):
+        (tmp_path / f"t{n:03d}.jinja").write_text(REASONING_ON_LAST)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "checks", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # as `head` does once it has its lines
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) in (0, 141), stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_nothing_to_check_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    """A CI gate over a folder with no template, or over an empty file, must not pass."""
+    empty_folder = tmp_path / "nothing"
+    empty_folder.mkdir()
+    (empty_folder / "README.md").write_text("no template here")
+    gate = run(str(empty_folder), "--fail-on", "unsafe", "--fail-on", "error")
+    assert gate.returncode == 2 and "no chat template found in" in gate.stderr
+    blank = tmp_path / "blank.jinja"
+    blank.write_text("  \n")
+    refused = run(str(blank), "--fail-on", "error")
+    assert refused.returncode == 1
+    assert "Does not render: the template is empty: it renders nothing" in refused.stderr
+
+
+def test_repositories_in_one_folder_are_told_apart_in_the_table(tmp_path: Path) -> None:
+    for name, template in (("first", CHATML), ("second", REASONING_ON_LAST)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "chat_template.jinja").write_text(template)
+    table = run(str(tmp_path)).stdout
+    assert "\nfirst/chat_template.jinja " in table and "\nsecond/chat_template.jinja " in table
