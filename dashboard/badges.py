@@ -18,6 +18,8 @@ STYLES = {
 UNKNOWN = ("not tracked", "#57606a")
 #: A client profile that does not apply to the template (it never reads thinking chunks, …).
 NOT_APPLICABLE = "not_applicable"
+#: A badge URL whose ?client=, ?engine= or ?thinking= names nothing we know (a 400).
+BAD_SETUP = "bad_setup"
 CHAR_WIDTH = 6.6  # Verdana 11px, close enough for short ASCII labels
 PADDING = 10
 
@@ -29,6 +31,8 @@ def _width(text: str) -> int:
 def render_badge(verdict: str | None) -> str:
     if verdict == NOT_APPLICABLE:
         text, colour = "does not apply", "#57606a"
+    elif verdict == BAD_SETUP:
+        text, colour = "unknown setup in the URL", "#c2261f"
     else:
         text, colour = STYLES.get(verdict, UNKNOWN) if verdict else UNKNOWN  # type: ignore[call-overload]
     left, right = _width(LABEL), _width(text)

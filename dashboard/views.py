@@ -426,8 +426,18 @@ def version_diff(request: HttpRequest, sha256: str, old_sha256: str) -> HttpResp
 @require_safe
 @cached_page
 def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
-    """An SVG badge for a model README; unknown models get a grey "not tracked" badge."""
-    setup, _ = reader_setup(request)
+    """An SVG badge for a model README; unknown models get a grey "not tracked" badge, and an
+    unknown ?client=, ?engine= or ?thinking= a 400 whose badge says so (as the API refuses
+    it): a README author sees the mistake instead of the headline verdict."""
+    setup, setup_error = reader_setup(request)
+    if setup_error:
+        refused = HttpResponse(
+            badges.render_badge(badges.BAD_SETUP),
+            content_type="image/svg+xml; charset=utf-8",
+            status=400,
+        )
+        refused["Cache-Control"] = "no-store"
+        return refused
     if setup.is_headline:
         model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
         verdict = model.verdict if model else None

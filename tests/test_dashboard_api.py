@@ -190,6 +190,10 @@ def test_badge_takes_the_readers_setup(client: Client, catalog: Catalog) -> None
     assert badge.status_code == 200 and "prompt cache: safe" in badge.content.decode()
     broken = client.get(f"/badge/{catalog.unsafe.repo_id}.svg", {"engine": "block"})
     assert "prompt cache: breaks" in broken.content.decode()
+    # An unknown value is refused as the API refuses it, with a badge that says so.
+    bogus = client.get(f"/badge/{catalog.safe.repo_id}.svg", {"engine": "bogus"})
+    assert bogus.status_code == 400 and bogus["Content-Type"].startswith("image/svg+xml")
+    assert "prompt cache: unknown setup in the URL" in bogus.content.decode()
 
 
 def openapi_examples(catalog: Catalog) -> dict[str, str]:
