@@ -591,6 +591,14 @@ class TrackedModel(Strict):
     has_sliding_window: bool
     quantization: str
     base_model: str
+    format: str = Field(
+        description="What the repo holds: safetensors, mlx or gguf; empty when its files say "
+        "none of these"
+    )
+    drift: str = Field(
+        description="A derivative's template against its tracked base's (same, older, edited, "
+        "unknown); empty when no tracked base"
+    )
     last_commit_sha: str | None
     last_commit_at: DateTime | None
     template: CurrentTemplate | None

@@ -73,6 +73,8 @@ def model_json(model: HubModel) -> dict[str, Any]:
         "has_sliding_window": model.has_sliding_window,
         "quantization": model.quantization,
         "base_model": model.base_model,
+        "format": model.format,
+        "drift": model.drift,
         "last_commit_sha": model.last_commit_sha or None,
         "last_commit_at": _iso(model.last_commit_at),
         "template": template_json(snapshot),

@@ -142,6 +142,9 @@ def test_drift_is_stored_for_the_catalog_filters(
         "mlx-community/edited",
     }
     assert client.get("/api/models", {"drift": "sideways"}).status_code == 400
+    # One model's detail says the same as its row.
+    detail = client.get("/api/models/mlx-community/stale").json()
+    assert (detail["format"], detail["drift"], detail["base_model"]) == ("mlx", "older", BASE)
 
 
 def _stale_and_fixed(family: dict[str, HubModel]) -> HubModel:
