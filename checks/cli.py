@@ -19,7 +19,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from checks import (
     ENGINE_VERSION,
@@ -289,9 +289,19 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     # is written report by report as each is ready, while the other checks run.
     lines = args.json and not out.isatty()
     written: list[str] = [""] * len(items)
+    setup = Setup(args.client, args.engine, args.thinking)
+
+    def as_json(report: TemplateReport) -> dict[str, Any]:
+        """The report, and with --client/--engine/--thinking the verdict for that setup (the
+        API's `setup`; null when the report has none to give, an error)."""
+        found = report.to_dict()
+        if not setup.is_headline:
+            chosen = setup_verdict(report, setup)
+            found["setup"] = None if chosen is None else chosen.to_dict()
+        return found
 
     def write(index: int, report: TemplateReport) -> None:
-        written[index] = json.dumps(report.to_dict(), ensure_ascii=False)
+        written[index] = json.dumps(as_json(report), ensure_ascii=False)
 
     pool = SandboxPool(limits=SandboxLimits(cpu_seconds=args.cpu_seconds))
     try:
@@ -308,11 +318,10 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         # What json.dumps({"results": [...]}) writes, assembled from the reports' own JSON.
         out.write('{"results": [' + ", ".join(written) + "]}\n")
     elif args.json:
-        results = {"results": [r.to_dict() for r in reports]}
+        results = {"results": [as_json(r) for r in reports]}
         out.write(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     else:
         print_table(reports, out)
-    setup = Setup(args.client, args.engine, args.thinking)
     if not setup.is_headline:
         return _gate_on_setup(reports, setup, set(args.fail_on), out, quiet=args.json)
     failing = [r for r in reports if r.verdict in set(args.fail_on)]

@@ -343,3 +343,15 @@ def test_repositories_in_one_folder_are_told_apart_in_the_table(tmp_path: Path) 
         (tmp_path / name / "chat_template.jinja").write_text(template)
     table = run(str(tmp_path)).stdout
     assert "\nfirst/chat_template.jinja " in table and "\nsecond/chat_template.jinja " in table
+
+
+def test_json_carries_the_verdict_for_the_readers_setup(tmp_path: Path) -> None:
+    """With --engine (or --client, --thinking) each result has the API's `setup`; without,
+    the report alone."""
+    path = tmp_path / "last.jinja"
+    path.write_text(REASONING_ON_LAST)
+    plain = json.loads(run(str(path), "--json").stdout)["results"][0]
+    assert "setup" not in plain
+    hybrid = json.loads(run(str(path), "--json", "--engine", "hybrid").stdout)["results"][0]
+    assert hybrid["setup"]["engine"] == "hybrid" and hybrid["setup"]["verdict"] == "unsafe"
+    assert hybrid["setup"]["sentence"].startswith("Breaks the cache for a client that")
