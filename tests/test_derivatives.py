@@ -4,6 +4,7 @@ the base's (which, and until when), or an edited one; both directions on the mod
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -105,6 +106,13 @@ def test_both_model_pages_show_the_link(client: Client, family: dict[str, HubMod
     section = base.split('id="lineage-h"')[1].split("</section>")[0]
     assert "mlx-community/stale" in section and "Still carries this model" in section
     assert "Same template as this model" in section and "An edited template" in section
+    # An edited copy links to how it differs from the base's current template.
+    edited = client.get("/m/mlx-community/edited/").content.decode()
+    link = re.search(
+        r'href="(/t/[0-9a-f]{64}/vs/[0-9a-f]{64}/)\?model=[^"]*">How it differs', edited
+    )
+    assert link is not None
+    assert client.get(link.group(1)).status_code == 200
     missing = client.get("/m/mlx-community/missing/").content.decode()
     assert "names <code>nobody/not-tracked</code> as its base" in missing
     assert "/track/?repo_id=nobody/not-tracked" in missing
