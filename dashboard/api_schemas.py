@@ -639,7 +639,10 @@ class ModelDetail(TrackedModel):
 
     variants: list[CatalogVariant]
     setup: SetupVerdict | None = Field(
-        description="the verdict for ?client=&engine=&thinking= (the headline setup if none)"
+        description="the verdict for ?client=&engine=&thinking= (if none: the typical client "
+        "on a trimmable cache with the template's defaults). The model's `verdict` counts every "
+        "primary setting (enable_thinking off and on too), so the two can differ; the sentence "
+        "then names the setting that breaks"
     )
     check: Check | None
     probe: Probe | None
