@@ -14,10 +14,16 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from dashboard import api
-from dashboard.api_schemas import REPO_ID_INPUT_PATTERN
 from registry import rate_limits, tracking
 from registry.hub import HubClient
-from registry.models import HubModel, ModelStatus, Watch, WatchKind, validate_repo_id
+from registry.models import (
+    REPO_ID_INPUT_PATTERN,
+    HubModel,
+    ModelStatus,
+    Watch,
+    WatchKind,
+    validate_repo_id,
+)
 from registry.sync import RegistrySync
 from registry.tasks import sync_repo  # noqa: F401 - registers hub.sync_repo for the eager runs
 from tests.fakehub import FakeHub

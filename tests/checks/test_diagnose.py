@@ -12,13 +12,13 @@ import pytest
 
 from checks import (
     RequestError,
-    SandboxError,
     SandboxPool,
     TemplateSource,
     diagnose_requests,
     parse_text,
 )
 from checks.diagnose import client_change
+from checks.sandbox import SandboxError
 from tests.checks.test_cli import run
 from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
 
