@@ -136,7 +136,9 @@ def templates_from_value(value: Any, name: str) -> dict[str, str]:
                 )
             templates[entry["name"]] = _unicode_text(entry["template"], name)
         return templates
-    kind = type(value).__name__ if value is not None else "missing"
+    if value is None:
+        raise SourceError(f"{name}: has no chat_template (the key is missing or null)")
+    kind = type(value).__name__
     raise SourceError(f"{name}: chat_template must be a string or a named list, got {kind}")
 
 

@@ -130,7 +130,8 @@ def test_bad_utf8_file_is_an_error_with_reason(tmp_path: Path, hostile_pool: San
     [
         ('{"chat_template": 42}', "chat_template must be a string or a named list, got int"),
         ('{"chat_template": [{"name": "default"}]}', "entries must be {name, template} strings"),
-        ('{"eos_token": "</s>"}', "chat_template must be a string or a named list, got missing"),
+        ('{"eos_token": "</s>"}', "has no chat_template (the key is missing or null)"),
+        ('{"chat_template": null}', "has no chat_template (the key is missing or null)"),
         ("[1, 2]", "is a list, not a JSON object"),
         ("{not json", "is not valid JSON"),
     ],
