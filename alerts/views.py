@@ -168,7 +168,12 @@ def channel_test(request: HttpRequest, pk: int) -> HttpResponse:
     if not throttles.allowed("test_send", request):
         return _limited(request, "Too many test sends; try again in an hour.")
     delivery.enqueue("send_test", channel.pk)
-    messages.info(request, "Test message queued: its result shows below in a few seconds.")
+    # A test send is no event: it is not a delivery row, its outcome is the channel's own.
+    messages.info(
+        request,
+        'Test message queued: in a few seconds its result shows here as "Last success" or '
+        '"Last error" (reload the page).',
+    )
     return redirect("alerts:channel", pk=channel.pk)
 
 

@@ -203,6 +203,10 @@ def test_test_sends_are_rate_limited_per_user_and_address(
     codes = [client.post(url).status_code for _ in range(7)]
     assert codes == [302] * 5 + [429] * 2
     assert sent == [channel.pk] * 5
+    # A test send is no delivery row: the page says where its outcome shows.
+    page = client.get(reverse("alerts:channel", args=[channel.pk])).content.decode()
+    assert "its result shows here as &quot;Last success&quot; or &quot;Last error&quot;" in page
+    assert "Last success" in page and "Last error" in page
 
 
 def test_the_settings_page_costs_the_same_queries_for_many_rows(client: Client) -> None:
