@@ -263,7 +263,7 @@ class CatalogFilters(QueryParams):
         None, description="none (never probed) or the latest probe's verdict"
     )
     author: Annotated[str, Field(max_length=100), DropNul] | None = Field(
-        None, description="Exact author"
+        None, description="Author (owner), in any case"
     )
     sort: Annotated[str, OneOf(SORTS, blank=True)] | None = Field(
         None, description="Default: downloads"

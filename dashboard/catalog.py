@@ -285,7 +285,9 @@ class CatalogQuery:
             else:
                 models = models.filter(catalog_verdict__probe=self.probe)
         if self.author:
-            models = models.filter(author=self.author)
+            # As the Hub takes an owner's name, whatever its case ("qwen" is Qwen); through the
+            # index on upper(author) (HubModel.Meta).
+            models = models.filter(author__iexact=self.author)
         return models
 
     @property

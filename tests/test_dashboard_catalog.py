@@ -149,6 +149,10 @@ def test_filters_narrow_the_list(client: Client, catalog: Catalog) -> None:
     assert catalog.changed.repo_id not in rows(client.get("/", {"hybrid": "no"}).content.decode())
     by_author = rows(client.get("/", {"author": "evil-org"}).content.decode())
     assert by_author == [HOSTILE_REPO]
+    # In any case, as the Hub takes an owner's name.
+    assert rows(client.get("/", {"author": "Evil-ORG"}).content.decode()) == [HOSTILE_REPO]
+    api = client.get("/api/models", {"author": "EVIL-org"}).json()
+    assert [r["repo_id"] for r in api["results"]] == [HOSTILE_REPO]
     # The thinker's template reads enable_thinking; the others have no switch.
     thinking = rows(client.get("/", {"thinking": "same"}).content.decode())
     assert thinking == ["cachesafe-demo/thinker-30b-a3b"]
