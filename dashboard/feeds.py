@@ -70,9 +70,14 @@ class AllChanges(_ChangeFeed):
 
 class AuthorChanges(_ChangeFeed):
     def get_object(self, request: HttpRequest, author: str) -> str:
-        if not HubModel.objects.filter(author=author).exists():
+        """The author as the catalog spells them, from their name in any case (the catalog's
+        filter takes it so, and links here with the name as typed)."""
+        found = (
+            HubModel.objects.filter(author__iexact=author).values_list("author", flat=True).first()
+        )
+        if found is None:
             raise Http404("no tracked model of this author")
-        return author
+        return found
 
     def title(self, obj: str) -> str:
         return f"CacheSafe: chat template changes by {obj}"

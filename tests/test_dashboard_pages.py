@@ -307,6 +307,9 @@ def test_feeds_of_template_changes(client: Client, catalog: Catalog) -> None:
     assert f"/t/{sha(catalog.changed)}/vs/{catalog.old_version.sha256}/" in text
     by_author = client.get("/feeds/authors/cachesafe-demo.atom").content.decode()
     assert by_author.count("<entry>") == 4
+    # The name in any case, as the catalog's filter takes it; titled as the catalog spells it.
+    any_case = client.get("/feeds/authors/CacheSafe-Demo.atom").content.decode()
+    assert any_case.count("<entry>") == 4 and "changes by cachesafe-demo</title>" in any_case
     assert client.get("/feeds/authors/evil-org.atom").content.decode().count("<entry>") == 0
     assert client.get("/feeds/authors/nobody.atom").status_code == 404
     one = client.get(f"/m/{catalog.changed.repo_id}/changes.atom").content.decode()
