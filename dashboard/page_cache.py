@@ -332,7 +332,7 @@ def _banners() -> str:
     return "\n".join([*problems, "hub unreachable" if hub_banner() else ""])
 
 
-def _key(request: HttpRequest, banners: str = "") -> str:
+def _key(request: HttpRequest, banners: str) -> str:
     htmx = request.headers.get("HX-Request", "") + "|" + request.headers.get("HX-Target", "")
     raw = f"{htmx}|{request.get_full_path()}|{banners}"
     # v2: `Kept`, which a copy of the first layout (a plain tuple) is not.

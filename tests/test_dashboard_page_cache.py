@@ -258,7 +258,7 @@ def test_while_one_request_rebuilds_a_page_the_others_get_the_old_copy(
     with django_capture_on_commit_callbacks(execute=True):
         record_check(version, check_in_process(version, TOKENS))
     # Another process has started rebuilding this page: this one serves the copy it has.
-    key = page_cache._key(RequestFactory().get("/", {"verdict": "pending"}))
+    key = page_cache._key(RequestFactory().get("/", {"verdict": "pending"}), page_cache._banners())
     assert cache.add(f"{key}:rebuild", 1, 10)
     stale = client.get("/", {"verdict": "pending"})
     assert stale["X-Cache"] == "stale" and stale.content == first.content
