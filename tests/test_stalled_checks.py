@@ -98,17 +98,14 @@ def test_a_live_worker_past_the_long_limit_and_an_old_pending_run_are_still_sent
 
 def test_the_sweep_runs_often_enough_to_resend_within_a_minute() -> None:
     """An unedited schedule row from before moves to the new default; an edited one stays."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
+    from workers.models import PeriodicJob
     from workers.schedule import ensure_default_schedule
 
     ensure_default_schedule()
-    row = PeriodicTask.objects.get(task="workers.request_missing_checks")
-    old, _ = IntervalSchedule.objects.get_or_create(every=120, period=IntervalSchedule.SECONDS)
-    PeriodicTask.objects.filter(pk=row.pk).update(interval=old)
+    row = PeriodicJob.objects.get(task="workers.request_missing_checks")
+    PeriodicJob.objects.filter(pk=row.pk).update(every_seconds=120)
     ensure_default_schedule()
-    assert PeriodicTask.objects.get(pk=row.pk).interval.every == 30
-    edited, _ = IntervalSchedule.objects.get_or_create(every=45, period=IntervalSchedule.SECONDS)
-    PeriodicTask.objects.filter(pk=row.pk).update(interval=edited)
+    assert PeriodicJob.objects.get(pk=row.pk).every_seconds == 30
+    PeriodicJob.objects.filter(pk=row.pk).update(every_seconds=45)
     ensure_default_schedule()
-    assert PeriodicTask.objects.get(pk=row.pk).interval.every == 45
+    assert PeriodicJob.objects.get(pk=row.pk).every_seconds == 45

@@ -1,28 +1,118 @@
-"""The beat scheduler: django-celery-beat's, plus a tick record that /healthz reads, and a
-SIGTERM that always stops beat."""
+"""The beat scheduler: the schedule is a table (`PeriodicJob`, edited in the admin), each loop
+is recorded for /healthz, and a SIGTERM always stops beat.
+
+Our own, not django-celery-beat's: that library's models and admin import Celery, so with it
+installed every web process loaded Celery, kombu and their dependencies (about 11 MiB a web
+worker, docs/dashboard.md) only to show the schedule in the admin. This schedule needs a
+fraction of what the library offers (a task by name, an interval, keyword arguments, on or
+off), and Celery's own `Scheduler` does the timing: this class only reads the table, notices
+edits, and writes back when each job last ran, so that a restarted beat does not run every job
+at once.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 import time
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from django.db import DatabaseError
-from django_celery_beat.schedulers import DatabaseScheduler
+from celery.beat import ScheduleEntry, Scheduler
+from celery.schedules import schedule as every
+from django.db import DatabaseError, close_old_connections, connection
 
-from .models import BeatTick
+from .models import BeatTick, PeriodicJob
 
 logger = logging.getLogger(__name__)
 
 TICK_RECORD_INTERVAL = 10.0
+#: How often beat asks whether the table changed (one aggregate query).
+RELOAD_CHECK_SECONDS = 5.0
 
 
-class RecordingDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
-    """Schedules from the database (editable in the admin) and records each loop."""
+class TableScheduler(Scheduler):
+    """Celery's scheduler over the `PeriodicJob` table: enabled rows are the schedule; an edit
+    (a row added, changed or deleted) is read within `RELOAD_CHECK_SECONDS`; when each job last
+    ran is written back every `sync_every` seconds and when beat stops."""
+
+    #: Seconds between writes of the run times (Celery's default is three minutes).
+    sync_every = 10
 
     _last_recorded = 0.0
+    _last_checked = 0.0
+    _version: tuple[int, datetime | None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._ran: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def setup_schedule(self) -> None:
+        self._load()
+
+    def _load(self) -> None:
+        version = PeriodicJob.objects.version()
+        entries: dict[str, ScheduleEntry] = {}
+        for job in PeriodicJob.objects.filter(enabled=True):
+            entries[job.name] = self.Entry(
+                name=job.name,
+                task=job.task,
+                # Never run: due one interval after it was written, as a new row of
+                # django-celery-beat was (a fresh install does not run every job at once).
+                last_run_at=job.last_run_at or job.edited_at,
+                total_run_count=job.total_run_count,
+                schedule=every(timedelta(seconds=job.every_seconds), app=self.app),
+                kwargs=job.kwargs if isinstance(job.kwargs, dict) else {},
+                app=self.app,
+            )
+        self.data = entries
+        self._version = version
+        self._last_checked = time.monotonic()
+        logger.info("beat: %d scheduled jobs", len(entries))
+
+    def _reload_if_edited(self) -> None:
+        now = time.monotonic()
+        if now - self._last_checked < RELOAD_CHECK_SECONDS:
+            return
+        self._last_checked = now
+        try:
+            if not connection.in_atomic_block:
+                close_old_connections()  # as a request would: a broken connection is replaced
+            if PeriodicJob.objects.version() != self._version:
+                self.sync()
+                self._load()
+        except DatabaseError as exc:
+            logger.warning("beat: could not read the schedule, keeping the last one: %s", exc)
+
+    def get_schedule(self) -> dict[str, ScheduleEntry]:
+        if self._version is not None:
+            self._reload_if_edited()
+        schedule: dict[str, ScheduleEntry] = self.data
+        return schedule
+
+    def set_schedule(self, schedule: dict[str, ScheduleEntry]) -> None:
+        self.data = schedule
+
+    schedule = property(get_schedule, set_schedule)
+
+    def reserve(self, entry: ScheduleEntry) -> Any:
+        self._ran.add(str(entry.name))
+        return super().reserve(entry)
+
+    def sync(self) -> None:
+        """Write back when each job that ran since the last sync last ran."""
+        ran, self._ran = self._ran, set()
+        try:
+            for name in ran:
+                entry = self.data.get(name)
+                if entry is not None:
+                    PeriodicJob.objects.filter(name=name).update(
+                        last_run_at=entry.last_run_at, total_run_count=entry.total_run_count
+                    )
+        except DatabaseError as exc:
+            self._ran |= ran  # tried again at the next sync
+            logger.warning("beat: could not record when jobs ran: %s", exc)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         now = time.monotonic()
@@ -33,8 +123,12 @@ class RecordingDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             except DatabaseError as exc:
                 logger.warning("could not record the beat tick: %s", exc)
         interval: float = super().tick(*args, **kwargs)
-        # Wake up often enough that the tick record stays fresh.
-        return min(interval, TICK_RECORD_INTERVAL)
+        # Wake up often enough that the tick record stays fresh and edits are read.
+        return min(interval, TICK_RECORD_INTERVAL, RELOAD_CHECK_SECONDS)
+
+    @property
+    def info(self) -> str:
+        return f"    . schedule -> the PeriodicJob table, read every {RELOAD_CHECK_SECONDS:g} s"
 
 
 def stop_on_sigterm(service: Any) -> None:
@@ -43,11 +137,11 @@ def stop_on_sigterm(service: Any) -> None:
     Celery's handler saves the schedule, then raises SystemExit. When the signal lands while
     beat is still building its scheduler (its first seconds), saving builds a second one inside
     the handler; that can fail with a database error, which the handler then raises instead of
-    SystemExit, into whatever beat was doing. django-celery-beat catches database errors there,
-    so beat carried on as if nothing had been asked: `manage.py serve`, killed, left a beat
-    running for good (its children get one SIGTERM when it dies). Here the schedule is saved
-    only if the scheduler exists, a failure to save is logged, and SystemExit is raised
-    whatever happened.
+    SystemExit, into whatever beat was doing. django-celery-beat (the scheduler before this
+    one) caught database errors there, so beat carried on as if nothing had been asked:
+    `manage.py serve`, killed, left a beat running for good (its children get one SIGTERM when
+    it dies). Here the schedule is saved only if the scheduler exists, a failure to save is
+    logged, and SystemExit is raised whatever happened.
     """
 
     def stop(signum: int, frame: FrameType | None) -> None:

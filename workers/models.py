@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -75,3 +77,42 @@ class BeatTick(models.Model):
     @classmethod
     def last(cls) -> BeatTick | None:
         return cls.objects.filter(id=1).first()
+
+
+class PeriodicJobQuerySet(models.QuerySet["PeriodicJob"]):
+    def version(self) -> tuple[int, datetime | None]:
+        """What changes whenever a row is added, edited or deleted: beat reloads on a change."""
+        found = self.aggregate(rows=models.Count("id"), edited=models.Max("edited_at"))
+        return found["rows"], found["edited"]
+
+
+class PeriodicJob(models.Model):
+    """One entry of beat's schedule: a task sent by name every `every_seconds`.
+
+    The defaults are written once (`workers.schedule`); staff edit them in the admin, and beat
+    (`workers.beat.TableScheduler`) reads the change within seconds.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    task = models.CharField(max_length=200, help_text="The task's name, as the workers know it.")
+    every_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    kwargs = models.JSONField(
+        default=dict, blank=True, help_text="Keyword arguments, a JSON object."
+    )
+    enabled = models.BooleanField(default=True)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    total_run_count = models.PositiveIntegerField(default=0, editable=False)
+    #: Set by every save (the admin's); beat's own writes (`update`) leave it alone.
+    edited_at = models.DateTimeField(auto_now=True)
+
+    objects = PeriodicJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if not isinstance(self.kwargs, dict):
+            raise ValidationError({"kwargs": "Keyword arguments must be a JSON object."})

@@ -1,11 +1,11 @@
-"""The default beat schedule, written to the database once; the admin edits it from there.
+"""The default beat schedule, written to the database once (`PeriodicJob`); the admin edits it
+from there, and beat reads it (`workers.beat`).
 
 No entry names a queue: the routing table in `workers.celery` sends each task by its name.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,31 +48,28 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
 ]
 
 
+#: The tasks a schedule row may name: the admin offers these.
+SCHEDULABLE_TASKS: tuple[str, ...] = tuple(sorted({job.task for job in DEFAULT_SCHEDULE}))
+
+
 def ensure_default_schedule() -> int:
-    """Create the missing default periodic tasks; existing rows (maybe edited in the admin) are
-    kept, except that a row still at an earlier default interval moves to the current one."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+    """Create the missing default jobs; existing rows (maybe edited in the admin) are kept,
+    except that a row still at an earlier default interval moves to the current one."""
+    from django.utils import timezone
+
+    from .models import PeriodicJob
 
     created = 0
     for job in DEFAULT_SCHEDULE:
-        interval, _ = IntervalSchedule.objects.get_or_create(
-            every=job.every_seconds, period=IntervalSchedule.SECONDS
-        )
-        task, was_created = PeriodicTask.objects.get_or_create(
+        row, was_created = PeriodicJob.objects.get_or_create(
             name=job.name,
-            defaults={
-                "task": job.task,
-                "interval": interval,
-                "kwargs": json.dumps(job.kwargs),
-            },
+            defaults={"task": job.task, "every_seconds": job.every_seconds, "kwargs": job.kwargs},
         )
         created += was_created
         if not was_created and job.earlier_defaults:
-            PeriodicTask.objects.filter(
-                pk=task.pk,
-                interval__period=IntervalSchedule.SECONDS,
-                interval__every__in=job.earlier_defaults,
-            ).update(interval=interval)
+            PeriodicJob.objects.filter(pk=row.pk, every_seconds__in=job.earlier_defaults).update(
+                every_seconds=job.every_seconds, edited_at=timezone.now()
+            )
     return created
 
 

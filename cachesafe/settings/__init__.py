@@ -45,7 +45,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
-    "django_celery_beat",
     # Only for its bundled Swagger UI files and template: /api/docs loads nothing from a CDN.
     "ninja",
     "cachesafe",
@@ -164,7 +163,7 @@ else:
     CELERY_BROKER_TRANSPORT = "workers.broker:FolderTransport"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "workers.beat:RecordingDatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "workers.beat:TableScheduler"
 
 # Wall time one template check may take in its sandbox before it ends as an `error` verdict.
 # CPU time, not wall time: a template gets the same verdict on a busy worker as on an idle one.
