@@ -13,10 +13,10 @@ import functools
 import json
 import logging
 import math
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import kombu.exceptions
 import redis.exceptions
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, ValidationError
 from django.db import DataError, InterfaceError, OperationalError
@@ -53,7 +53,6 @@ UNAVAILABLE = (
     InterfaceError,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
-    kombu.exceptions.OperationalError,
     ConnectionError,
 )
 
@@ -133,10 +132,18 @@ def _caused_by_outage(exc: BaseException | None) -> bool:
     """True when `exc`, or what it was raised from, is a service that did not answer."""
     seen = 0
     while exc is not None and seen < 10:  # a chain is short; a cycle must not hang us
-        if isinstance(exc, UNAVAILABLE):
+        if isinstance(exc, UNAVAILABLE) or _broker_outage(exc):
             return True
         exc, seen = exc.__cause__, seen + 1
     return False
+
+
+def _broker_outage(exc: BaseException) -> bool:
+    """The broker's client (kombu) could not connect. Its class is looked up only where kombu
+    is loaded (an exception of it cannot exist anywhere else): a web process that sends no task
+    never imports it, nor Celery."""
+    kombu_exceptions = sys.modules.get("kombu.exceptions")
+    return kombu_exceptions is not None and isinstance(exc, kombu_exceptions.OperationalError)
 
 
 def _is_json(response: HttpResponseBase) -> bool:

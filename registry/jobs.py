@@ -23,7 +23,6 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from celery import current_app
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -61,15 +60,37 @@ def _send(task: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, outbox_id
     OutboxMessage(pk=outbox_id).delete()
 
 
+#: Returns the configured Celery app. Given by the workers app when Django starts
+#: (`use_celery_app`), and called on a process's first send: a process that sends nothing (a
+#: web worker serving pages) never imports Celery.
+_celery_app: Callable[[], Any] | None = None
+
+
+def use_celery_app(loader: Callable[[], Any]) -> None:
+    global _celery_app
+    _celery_app = loader
+
+
+def celery_app() -> Any:
+    """The configured Celery app; Celery's current app where none was given (a process that
+    started from the app itself, as a worker does)."""
+    if _celery_app is not None:
+        return _celery_app()
+    from celery import current_app
+
+    return current_app
+
+
 def task_named(name: str) -> Any:
     """The registered task called `name`. A process that has not imported the tasks' modules (a
     web worker never needs them to start) imports them now, once: the app's `imports`, and only
     those (the loader's `import_default_modules` would also run Django's system checks, a
     second of a web request's time)."""
-    if name not in current_app.tasks:
-        for module in current_app.conf.imports:
+    app = celery_app()
+    if name not in app.tasks:
+        for module in app.conf.imports:
             importlib.import_module(module)
-    return current_app.tasks[name]
+    return app.tasks[name]
 
 
 def _note_failure(outbox_id: int, exc: Exception) -> None:

@@ -250,3 +250,52 @@ def test_a_web_process_sends_by_name_without_having_imported_the_tasks() -> None
     before, resolved = result.stdout.strip().splitlines()[-2:]
     assert before == "False"
     assert resolved.split() == names
+
+
+def test_a_web_process_serving_pages_never_loads_celery_and_its_first_send_does() -> None:
+    """A web worker that serves pages (and checks the broker for the status banner) holds no
+    Celery, kombu or billiard (about 11 MiB of it, docs/dashboard.md); its first send loads the
+    app configured by the settings, and the task reaches the broker."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.workerproc import database_url_for_children
+
+    code = """
+import sys, django
+django.setup()
+from cachesafe.webserver import load_before_fork
+load_before_fork()
+from django.test import Client
+from workers.health import service_status
+client = Client()
+for url in ("/", "/api/models", "/healthz", "/feeds/changes.atom"):
+    assert client.get(url).status_code in (200, 503), url  # 503: /healthz, no worker here
+status = service_status()
+assert status.broker.ok, status.broker
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"celery", "kombu", "billiard", "amqp"})
+print("before:", " ".join(loaded) or "none")
+from registry.jobs import celery_app, enqueue_on_commit
+enqueue_on_commit("workers.prune_heartbeats", 365)
+from registry.models import OutboxMessage
+print("after:", "celery" in sys.modules, celery_app().main, OutboxMessage.objects.count())
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "cachesafe.settings",
+            "DATABASE_URL": database_url_for_children(),
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.strip().splitlines()[-2:]
+    assert before == "before: none"
+    # Sent, so the outbox row is gone: the configured app ("cachesafe"), not a default one.
+    assert after == "after: True cachesafe 0"

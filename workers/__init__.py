@@ -1,7 +1,6 @@
-"""Background work: the Celery app, its tasks and the Mac probe."""
+"""Background work: the Celery app (`workers.celery`, which `celery -A workers` finds), its tasks
+and the Mac probe.
 
-from __future__ import annotations
-
-from .celery import app
-
-__all__ = ["app"]
+Nothing here imports Celery: a process that only serves pages (a web worker) never loads it; one
+that sends a task loads the app then (`registry.jobs`).
+"""

@@ -13,7 +13,14 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, task_postrun, task_prerun, worker_init
+from celery.signals import (
+    beat_init,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.db import close_old_connections
 from kombu import Queue
 
@@ -89,6 +96,20 @@ def _beat_stops_on_sigterm(sender: Any = None, **_: Any) -> None:
     from .beat import stop_on_sigterm
 
     stop_on_sigterm(sender)
+
+
+@worker_ready.connect(weak=False, dispatch_uid="cachesafe-heartbeat-start")
+def _start_heartbeat(sender: Any = None, **_: Any) -> None:
+    from .heartbeat import start
+
+    start(sender)
+
+
+@worker_shutdown.connect(weak=False, dispatch_uid="cachesafe-heartbeat-stop")
+def _stop_heartbeat(**_: Any) -> None:
+    from .heartbeat import stop
+
+    stop()
 
 
 @worker_init.connect(weak=False, dispatch_uid="cachesafe-freeze-before-fork")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
-from .celery import app
 from .models import HEARTBEAT_STALE_AFTER, BeatTick, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -74,11 +76,28 @@ def _database() -> Component:
 
 
 def _broker() -> Component:
+    """Redis answers a PING (deployed), or the embedded broker's folder can be written to: the
+    only two brokers the settings make. Asked without Celery, so that a web process, which
+    runs this check in the background from its start, does not load Celery for it."""
+    url: str = settings.CELERY_BROKER_URL
     try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT)
+        if url.startswith(("redis://", "rediss://")):
+            import redis
+
+            client = redis.Redis.from_url(
+                url, socket_connect_timeout=BROKER_TIMEOUT, socket_timeout=BROKER_TIMEOUT
+            )
+            try:
+                client.ping()
+            finally:
+                client.close()
+        else:
+            options: dict[str, Any] = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+            folder = Path(str(options["data_folder_in"]))
+            if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+                raise OSError(f"the broker folder {folder} is missing or not writable")
         return Component(True, "broker reachable")
-    except Exception as exc:  # kombu raises many kinds; any of them means "not reachable"
+    except Exception as exc:  # redis-py raises many kinds; any of them means "not reachable"
         return Component(False, f"broker unreachable: {exc}")
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import celery
 from celery import current_app
-from celery.signals import worker_ready, worker_shutdown
 from django.db import DatabaseError, close_old_connections
 
 from probe.machine import describe_machine
@@ -65,8 +64,9 @@ def _run(hostname: str, queues: list[str]) -> None:
         _stop.wait(HEARTBEAT_INTERVAL)
 
 
-@worker_ready.connect
-def _start_heartbeat(sender: Any, **kwargs: Any) -> None:
+def start(sender: Any) -> None:
+    """At a worker's start (`worker_ready`, connected in `workers.celery`): beat every
+    `HEARTBEAT_INTERVAL` in a thread of its own."""
     hostname = str(sender.hostname)
     queues = sorted(sender.app.amqp.queues.consume_from.keys())
     _stop.clear()
@@ -75,6 +75,5 @@ def _start_heartbeat(sender: Any, **kwargs: Any) -> None:
     ).start()
 
 
-@worker_shutdown.connect
-def _stop_heartbeat(**kwargs: Any) -> None:
+def stop() -> None:
     _stop.set()
