@@ -95,7 +95,9 @@ class PeriodicJob(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     task = models.CharField(max_length=200, help_text="The task's name, as the workers know it.")
-    every_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    every_seconds = models.PositiveIntegerField(
+        "every (seconds)", validators=[MinValueValidator(1)]
+    )
     kwargs = models.JSONField(
         default=dict, blank=True, help_text="Keyword arguments, a JSON object."
     )

@@ -86,7 +86,8 @@ class Migration(migrations.Migration):
                 (
                     "every_seconds",
                     models.PositiveIntegerField(
-                        validators=[django.core.validators.MinValueValidator(1)]
+                        validators=[django.core.validators.MinValueValidator(1)],
+                        verbose_name="every (seconds)",
                     ),
                 ),
                 (
