@@ -196,6 +196,19 @@ def setup_verdict(report: TemplateReport, setup: Setup) -> SetupVerdict | None:
     )
 
 
+def _unrendered(variant: VariantResult, client: ClientResult | None) -> str:
+    """Which conversations do not render under this setup, in words the CLI and the page both
+    can print (the page's table of conversations is not in the CLI's output)."""
+    sessions = (client.sessions if client is not None else ()) or variant.sessions
+    refused = sorted(s.session for s in sessions if not s.rendered)
+    if not refused:
+        return "Some conversations do not render at all: this verdict is for the others."
+    return (
+        f"{len(refused)} of the conversations replayed do not render at all"
+        f" ({', '.join(refused)}): this verdict is for the others."
+    )
+
+
 def _sentence(
     report: TemplateReport, setup: Setup, variant: VariantResult, verdict: str | None
 ) -> str:
@@ -212,7 +225,7 @@ def _sentence(
             f"Cache-safe for {who} on {where}, with {variant.label} ({_kwargs_hint(variant)})."
         ]
         if verdict == SAFE_WHERE_RENDERABLE:
-            parts.append("Some conversations do not render at all (see the matrix).")
+            parts.append(_unrendered(variant, client))
         breaking = [
             other.label
             for other in report.variants

@@ -273,3 +273,16 @@ def test_a_client_under_which_the_template_refuses_conversations_is_not_plain_ad
         "use a client that sends tool-call arguments as objects (what vLLM and SGLang pass "
         "after parsing) (the template then refuses some conversations)"
     ) in chosen.sentence
+
+
+def test_a_setup_where_some_conversations_do_not_render_names_them_in_any_surface() -> None:
+    """The sentence is printed by the CLI as well as on the page: it names the conversations
+    that do not render instead of pointing at a table only the page has."""
+    report = report_for(STRING_ARGUMENTS)
+    chosen = setup_verdict(report, Setup(client="arguments_objects"))
+    assert chosen is not None and chosen.verdict == SAFE_WHERE_RENDERABLE
+    assert "matrix" not in chosen.sentence
+    assert (
+        "4 of the conversations replayed do not render at all (parallel_tool_calls, "
+        "reasoning_tool_round, tool_round, tool_rounds): this verdict is for the others."
+    ) in chosen.sentence
