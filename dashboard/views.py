@@ -234,11 +234,25 @@ SETUP_CHOICES = {
 
 
 def reader_setup(request: HttpRequest) -> tuple[Setup, str]:
-    """The setup in ?client=&engine=&thinking=; an unknown value is ignored and said so."""
+    """The setup in ?client=&engine=&thinking=; an unknown value is ignored and said so, and
+    the others are kept (a link with one stale value still shows the reader's client)."""
     try:
         return Setup.parse(request.GET), ""
-    except SetupError as exc:
-        return Setup(), f"Ignored: {exc}."
+    except SetupError:
+        pass
+    kept: dict[str, str] = {}
+    errors: list[str] = []
+    for name in SETUP_CHOICES:
+        value = request.GET.get(name)
+        if not value:
+            continue
+        try:
+            Setup.parse({name: value})
+        except SetupError as exc:
+            errors.append(str(exc))
+        else:
+            kept[name] = value
+    return Setup.parse(kept), f"Ignored: {'; '.join(errors)}."
 
 
 LIVE_PARTIALS = {"check-status", "probe-status", "sync-status"}

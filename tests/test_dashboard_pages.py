@@ -393,6 +393,12 @@ def test_the_reader_chooses_a_setup_in_the_url(client: Client, catalog: Catalog)
     # An unknown value is ignored, and the page says so.
     bad = client.get(base, {"engine": "quantum"}).content.decode()
     assert "Ignored: unknown engine &#x27;quantum&#x27;" in bad
+    # Said where it is seen, and the values that are known are kept.
+    stale = client.get(base, {"client": "reasoning_content", "engine": "quantum"})
+    panel = stale.content.decode().split('id="setup"')[1].split("</ul>")[0]
+    assert '<p class="notice setup-error" role="status">Ignored: unknown engine' in panel
+    assert '<option value="reasoning_content" selected>' in panel
+    assert "Cache-safe for a client that sends reasoning back as reasoning_content" in panel
 
 
 def test_a_setup_that_breaks_says_what_keeps_the_cache(client: Client, catalog: Catalog) -> None:
