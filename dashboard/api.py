@@ -87,7 +87,10 @@ def _on_exception(request: HttpRequest, exc: Exception | type[Exception]) -> Htt
 
 class LocalSwagger(Swagger):
     """Swagger UI from ninja's bundled static files (ninja is in INSTALLED_APPS for that), never
-    a CDN, and without its online validator badge, which would call out to swagger.io."""
+    a CDN, and without its online validator badge, which would call out to swagger.io. The page
+    is ours (`dashboard/api_docs.html`): ninja's has no language, viewport or icon."""
+
+    template = "dashboard/api_docs.html"
 
     def get_openapi_url(self, api: NinjaAPI, path_params: DictStrAny) -> str:
         return reverse("dashboard:openapi")

@@ -248,6 +248,9 @@ def test_docs_page_uses_local_files_only(client: Client) -> None:
     assert '"/api/openapi.json"' in page and '"validatorUrl": null' in page
     # Nothing from a CDN: every script and stylesheet is ours.
     assert not re.search(r'(src|href)="(https?:)?//', page)
+    # A page of the site: its language, a viewport for phones, the site's icon.
+    assert '<html lang="en">' in page and 'name="viewport"' in page
+    assert "/static/favicon.svg" in page and "<title>CacheSafe API: documentation</title>" in page
 
 
 def test_unknown_api_paths_are_json_404s(client: Client) -> None:
