@@ -36,9 +36,12 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(STAMP): requirements.lock | $(UV)
+# Also puts the project's folder on the venv's path (a .pth file, as an editable install
+# would), so `.venv/bin/python -m checks` runs from any folder, a CI job's checkout included.
+$(STAMP): requirements.lock Makefile | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --system-certs --compile-bytecode --python $(PY) --require-hashes requirements.lock
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "cachesafe-project.pth").write_text(str(pathlib.Path.cwd().resolve()) + "\n")'
 	touch $@
 
 # The Mac probe worker: Python dependencies only, then the mlx queue alone.

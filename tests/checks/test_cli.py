@@ -355,3 +355,21 @@ def test_json_carries_the_verdict_for_the_readers_setup(tmp_path: Path) -> None:
     hybrid = json.loads(run(str(path), "--json", "--engine", "hybrid").stdout)["results"][0]
     assert hybrid["setup"]["engine"] == "hybrid" and hybrid["setup"]["verdict"] == "unsafe"
     assert hybrid["setup"]["sentence"].startswith("Breaks the cache for a client that")
+
+
+def test_the_venv_runs_the_cli_from_any_folder(tmp_path: Path) -> None:
+    """A CI job runs the gate from its own checkout: the venv `make install` built finds the
+    project from there, with no PYTHONPATH (README, "As a gate in CI")."""
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    (tmp_path / "models" / "mine" / "chat_template.jinja").write_text(MARKER)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    gate = subprocess.run(
+        [sys.executable, "-m", "checks", "models/mine/", "--fail-on", "unsafe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert gate.returncode == 1, gate.stderr
+    assert gate.stderr.startswith("models/mine: Breaks the cache"), gate.stderr
