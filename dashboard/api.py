@@ -30,7 +30,7 @@ from checks.setups import Setup, setup_verdict
 from registry import tracking, webhooks
 from registry.api import model_json
 from registry.models import CheckRun, CheckStatus, HubModel, ProbeRun, TemplateVersion
-from registry.verdicts import latest_check
+from registry.verdicts import latest_check, model_check
 from workers.health import cached_status
 
 from . import api_schemas as s
@@ -260,7 +260,7 @@ def model_detail_payload(
     per-variant verdicts, the verdict for the reader's setup, and the latest probe (null if
     never probed)."""
     snapshot = model.current_snapshot
-    check = latest_check(snapshot.default_template) if snapshot else None
+    check = model_check(snapshot) if snapshot else None
     catalog = getattr(model, "catalog_verdict", None)
     run = latest_probe(model)
     report = rebuild(check.report) if check and check.status == CheckStatus.DONE else None

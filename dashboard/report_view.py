@@ -12,7 +12,7 @@ from checks.reports import TemplateReport
 from checks.reuse import CACHE_CLASS_LABELS, CACHE_CLASSES
 from checks.setups import Setup, SetupVerdict, reply_fate, setup_verdict
 from registry.models import CheckRun, CheckStatus, HubModel, TemplateVersion
-from registry.verdicts import latest_check
+from registry.verdicts import model_check
 
 from .stored_reports import (
     MatrixRow,
@@ -198,7 +198,7 @@ def model_setup_verdict(model: HubModel, setup: Setup) -> SetupVerdict | None:
     snapshot = model.current_snapshot
     if snapshot is None:
         return None
-    check = latest_check(snapshot.default_template)
+    check = model_check(snapshot)
     if check is None or check.status != CheckStatus.DONE:
         return None
     report = rebuild(check.report)

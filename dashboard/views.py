@@ -32,7 +32,7 @@ from registry.models import (
     Tools,
     Verdict,
 )
-from registry.verdicts import latest_check
+from registry.verdicts import latest_check, model_check
 from workers.health import cached_status
 from workers.models import WorkerHeartbeat
 
@@ -155,7 +155,7 @@ def model_context(
     sync_since: datetime | None = None,
 ) -> dict[str, Any]:
     """Everything the model page and its live partials show."""
-    check = latest_check(snapshot.default_template) if snapshot else None
+    check = model_check(snapshot) if snapshot else None
     view = ReportView.build(snapshot.default_template, check) if snapshot else None
     line = status.status_line(model, check, has_template=snapshot is not None)
     # Without a template the verdict sentence can only say why there is none: the sync's words

@@ -406,3 +406,30 @@ def test_a_setup_that_breaks_says_what_keeps_the_cache(client: Client, catalog: 
     panel = body.split('id="setup"')[1].split("</ul>")[0]
     assert "Breaks the cache for a client that drops reasoning" in panel
     assert "First break:" in panel
+
+
+def test_a_model_shows_the_check_of_its_own_tokenizer_not_another_repos(client: Client) -> None:
+    """A GGUF repo (no tokenizer.json) and an MLX conversion (one that could not be read) share
+    a template: each page and API answer shows the run its verdict comes from, not the newest
+    run of the template, which is the other repo's, with the other repo's reason."""
+    from dataclasses import replace
+
+    from checks.reports import checked_on_bytes
+    from registry.models import TemplateSnapshot
+    from tests.dashboard_data import add_model
+
+    text = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}<assistant>"
+    gguf = add_model("org/model-GGUF", text, commit="e" * 40)  # checked on bytes: no tokenizer
+    mlx = add_model("mlx-community/model-4bit", text, commit="f" * 40, check=False)
+    TemplateSnapshot.objects.filter(pk=mlx.current_snapshot_id).update(tokenizer_json_sha="a" * 40)
+    version = gguf.current_snapshot.default_template  # type: ignore[union-attr]
+    report = check_in_process(version, TOKENS)
+    gated = replace(report, summary=checked_on_bytes(report.summary, "the repo is gated"))
+    record_check(version, gated, tokenizer_sha="a" * 40)  # the newer run: the MLX repo's
+
+    note = "Checked on bytes only: the repo is gated."
+    for model, has_note in ((gguf, False), (mlx, True)):
+        api = client.get(f"/api/models/{model.repo_id}").json()
+        assert (note in api["check"]["summary"]) is has_note, model.repo_id
+        page = client.get(f"/m/{model.repo_id}/").content.decode()
+        assert (note in page) is has_note, model.repo_id
