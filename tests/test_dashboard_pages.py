@@ -421,7 +421,8 @@ def test_a_model_shows_the_check_of_its_own_tokenizer_not_another_repos(client: 
     text = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}<assistant>"
     gguf = add_model("org/model-GGUF", text, commit="e" * 40)  # checked on bytes: no tokenizer
     mlx = add_model("mlx-community/model-4bit", text, commit="f" * 40, check=False)
-    TemplateSnapshot.objects.filter(pk=mlx.current_snapshot_id).update(tokenizer_json_sha="a" * 40)
+    assert mlx.current_snapshot is not None
+    TemplateSnapshot.objects.filter(pk=mlx.current_snapshot.pk).update(tokenizer_json_sha="a" * 40)
     version = gguf.current_snapshot.default_template  # type: ignore[union-attr]
     report = check_in_process(version, TOKENS)
     gated = replace(report, summary=checked_on_bytes(report.summary, "the repo is gated"))
