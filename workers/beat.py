@@ -42,7 +42,7 @@ class TableScheduler(Scheduler):
 
     _last_recorded = 0.0
     _last_checked = 0.0
-    _version: tuple[int, datetime | None] | None = None
+    _version: frozenset[tuple[int, datetime]] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._ran: set[str] = set()
@@ -62,7 +62,8 @@ class TableScheduler(Scheduler):
                 # django-celery-beat was (a fresh install does not run every job at once).
                 last_run_at=job.last_run_at or job.edited_at,
                 total_run_count=job.total_run_count,
-                schedule=every(timedelta(seconds=job.every_seconds), app=self.app),
+                # At least a second, whatever a write that skipped validation left.
+                schedule=every(timedelta(seconds=max(1, job.every_seconds)), app=self.app),
                 kwargs=job.kwargs if isinstance(job.kwargs, dict) else {},
                 app=self.app,
             )
@@ -85,20 +86,10 @@ class TableScheduler(Scheduler):
         except DatabaseError as exc:
             logger.warning("beat: could not read the schedule, keeping the last one: %s", exc)
 
-    def get_schedule(self) -> dict[str, ScheduleEntry]:
-        if self._version is not None:
-            self._reload_if_edited()
-        schedule: dict[str, ScheduleEntry] = self.data
-        return schedule
-
-    def set_schedule(self, schedule: dict[str, ScheduleEntry]) -> None:
-        self.data = schedule
-
-    schedule = property(get_schedule, set_schedule)
-
     def reserve(self, entry: ScheduleEntry) -> Any:
+        new_entry = super().reserve(entry)
         self._ran.add(str(entry.name))
-        return super().reserve(entry)
+        return new_entry
 
     def sync(self) -> None:
         """Write back when each job that ran since the last sync last ran."""
@@ -115,6 +106,11 @@ class TableScheduler(Scheduler):
             logger.warning("beat: could not record when jobs ran: %s", exc)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        # Edits are read here, before Celery's tick compares the schedule with the one its
+        # queue was built from, and never in the middle of it: a reload between its read of the
+        # schedule and `reserve` would put back a job just turned off.
+        if self._version is not None:
+            self._reload_if_edited()
         now = time.monotonic()
         if now - self._last_recorded >= TICK_RECORD_INTERVAL:
             try:
