@@ -80,10 +80,11 @@ class BeatTick(models.Model):
 
 
 class PeriodicJobQuerySet(models.QuerySet["PeriodicJob"]):
-    def version(self) -> tuple[int, datetime | None]:
-        """What changes whenever a row is added, edited or deleted: beat reloads on a change."""
-        found = self.aggregate(rows=models.Count("id"), edited=models.Max("edited_at"))
-        return found["rows"], found["edited"]
+    def version(self) -> frozenset[tuple[int, datetime]]:
+        """What changes whenever a row is added, edited or deleted: beat reloads on a change.
+        Every row's edit time, not only the latest: an edit stamped earlier than another (a
+        web host whose clock is behind) is still a change."""
+        return frozenset(self.values_list("id", "edited_at"))
 
 
 class PeriodicJob(models.Model):
@@ -111,6 +112,11 @@ class PeriodicJob(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(every_seconds__gte=1), name="periodicjob_every_second_or_more"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
