@@ -109,7 +109,9 @@ def test_an_edit_in_the_admin_is_read_within_the_reload_interval(
     assert len(scheduler.sent) == sent
 
 
-def test_a_database_outage_keeps_the_last_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_database_outage_keeps_the_last_schedule(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     only({"name": "job", "task": "hub.sync_stalest", "every_seconds": 600})
     scheduler = RecordingScheduler(app=app)
     monkeypatch.setattr(beat, "RELOAD_CHECK_SECONDS", 0.0)
@@ -120,6 +122,7 @@ def test_a_database_outage_keeps_the_last_schedule(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(type(PeriodicJob.objects.all()), "version", down)
     run_ticks(scheduler)
     assert set(scheduler.schedule) == {"job"}
+    assert "could not read the schedule, keeping the last one: server closed" in caplog.text
 
 
 def test_the_admin_edits_the_schedule(admin_client: Any) -> None:
@@ -138,12 +141,49 @@ def test_the_admin_edits_the_schedule(admin_client: Any) -> None:
     assert (job.every_seconds, job.kwargs) == (60, {"limit": 50})
     assert job.edited_at > before
 
-    for bad in ({"kwargs": "[1, 2]"}, {"every_seconds": "0"}, {"task": "os.system"}):
+    for bad in (
+        {"kwargs": "[1, 2]"},
+        {"every_seconds": "0"},
+        {"task": "os.system"},
+        {"kwargs": '{"limt": 5}'},  # a task that would refuse it at every run
+        {"kwargs": '{"limit": "50"}'},
+        {"kwargs": '{"limit": 0}'},
+    ):
         refused = admin_client.post(f"/admin/workers/periodicjob/{job.pk}/change/", form | bad)
         assert refused.status_code == 200, bad  # the form again, with its error
         assert b"errorlist" in refused.content, bad
     job.refresh_from_db()
     assert (job.every_seconds, job.kwargs, job.task) == (60, {"limit": 50}, "hub.sync_stalest")
+    refused = admin_client.post(
+        f"/admin/workers/periodicjob/{job.pk}/change/", form | {"kwargs": '{"limt": 5}'}
+    )
+    assert "hub.sync_stalest takes no argument &#x27;limt&#x27; (it takes: limit)." in (
+        refused.content.decode()
+    )
+
+    # The name is not edited (a default job is found by it after every migrate), and a save
+    # leaves alone when the job last ran, which beat may have written meanwhile.
+    form_page = admin_client.get(f"/admin/workers/periodicjob/{job.pk}/change/").content
+    assert b'name="name"' not in form_page
+    from django.db.models.signals import pre_save
+
+    ran = timezone.now() - timedelta(seconds=5)
+
+    def beat_syncs_meanwhile(sender: Any, **_: Any) -> None:
+        # After the admin read the row, before it writes it: beat records a run.
+        PeriodicJob.objects.filter(pk=job.pk).update(last_run_at=ran, total_run_count=9)
+
+    pre_save.connect(beat_syncs_meanwhile, sender=PeriodicJob)
+    try:
+        resaved = admin_client.post(
+            f"/admin/workers/periodicjob/{job.pk}/change/", form | {"every_seconds": "90"}
+        )
+    finally:
+        pre_save.disconnect(beat_syncs_meanwhile, sender=PeriodicJob)
+    assert resaved.status_code == 302
+    job.refresh_from_db()
+    assert (job.every_seconds, job.last_run_at, job.total_run_count) == (90, ran, 9)
+    assert job.name == "job"
 
     turned_off = admin_client.post(
         "/admin/workers/periodicjob/", {"action": "turn_off", "_selected_action": [job.pk]}
@@ -160,7 +200,8 @@ CREATE TABLE django_celery_beat_periodictask (
     id integer PRIMARY KEY, name varchar(200) NOT NULL, task varchar(200) NOT NULL,
     args text NOT NULL, kwargs text NOT NULL, enabled boolean NOT NULL,
     last_run_at timestamp with time zone NULL, total_run_count integer NOT NULL,
-    interval_id integer NULL);
+    interval_id integer NULL, one_off boolean NOT NULL DEFAULT false,
+    expires timestamp with time zone NULL);
 """
 
 
@@ -175,7 +216,8 @@ def test_an_old_django_celery_beat_schedule_is_carried_over(
         cursor.execute(OLD_TABLES)
         cursor.execute(
             "INSERT INTO django_celery_beat_intervalschedule VALUES"
-            " (1, 30, 'seconds'), (2, 2, 'hours'), (3, 5, 'microseconds')"
+            " (1, 30, 'seconds'), (2, 2, 'hours'), (3, 5, 'microseconds'),"
+            " (4, 100000, 'days')"
         )
         cursor.execute(
             "INSERT INTO django_celery_beat_periodictask VALUES"
@@ -184,8 +226,16 @@ def test_an_old_django_celery_beat_schedule_is_carried_over(
             " (2, 'Mine', 'hub.discover', '[]', '{}', false, NULL, 0, 1),"
             " (3, 'Cron', 'celery.backend_cleanup', '[]', '{}', true, NULL, 0, NULL),"
             " (4, 'Args', 'hub.discover', '[1]', '{}', true, NULL, 0, 1),"
-            " (5, 'Tiny', 'hub.discover', '[]', '{}', true, NULL, 0, 3)",
+            " (5, 'Tiny', 'hub.discover', '[]', '{}', true, NULL, 0, 3),"
+            " (6, 'Huge', 'hub.discover', '[]', '{}', true, NULL, 0, 4)",
             [ran],
+        )
+        cursor.execute(
+            "INSERT INTO django_celery_beat_periodictask"
+            " (id, name, task, args, kwargs, enabled, total_run_count, interval_id, one_off,"
+            "  expires) VALUES"
+            " (7, 'Once', 'hub.discover', '[]', '{}', true, 0, 1, true, NULL),"
+            " (8, 'Ended', 'hub.discover', '[]', '{}', true, 0, 1, false, now())"
         )
     from django.apps import apps
     from django.db.backends.base.schema import BaseDatabaseSchemaEditor
@@ -196,9 +246,10 @@ def test_an_old_django_celery_beat_schedule_is_carried_over(
     assert (edited.last_run_at, edited.total_run_count) == (ran, 12)
     mine = PeriodicJob.objects.get(name="Mine")
     assert (mine.task, mine.every_seconds, mine.enabled) == ("hub.discover", 30, False)
-    assert not PeriodicJob.objects.filter(name__in=["Cron", "Args", "Tiny"]).exists()
-    left_out = " ".join(record.getMessage() for record in caplog.records)
-    assert all(f"'{name}'" in left_out for name in ("Cron", "Args", "Tiny"))
+    left_out = ("Cron", "Args", "Tiny", "Huge", "Once", "Ended")
+    assert not PeriodicJob.objects.filter(name__in=left_out).exists()
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert all(f"'{name}'" in logged for name in left_out)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -252,3 +303,20 @@ def test_a_real_beat_sends_the_tables_jobs_to_a_real_worker_and_stops_when_turne
         proc.wait(30)
         log.close()
     assert proc.returncode == 0, (tmp_path / "beat.log").read_text()
+
+
+def test_the_arguments_the_admin_allows_are_the_tasks_own() -> None:
+    """The admin's list of each task's keyword arguments matches the task's signature, and
+    every default job is one of them with arguments it takes."""
+    import inspect
+
+    from registry.jobs import task_named
+    from workers.schedule import DEFAULT_SCHEDULE, TASK_KWARGS, kwargs_errors
+
+    for name, allowed in TASK_KWARGS.items():
+        parameters = inspect.signature(task_named(name).run).parameters
+        assert set(allowed) <= set(parameters), name
+        for key in allowed:
+            assert parameters[key].annotation in (int, "int"), (name, key)
+    for job in DEFAULT_SCHEDULE:
+        assert job.task in TASK_KWARGS and kwargs_errors(job.task, job.kwargs) == [], job.name

@@ -48,8 +48,40 @@ DEFAULT_SCHEDULE: list[ScheduledJob] = [
 ]
 
 
-#: The tasks a schedule row may name: the admin offers these.
-SCHEDULABLE_TASKS: tuple[str, ...] = tuple(sorted({job.task for job in DEFAULT_SCHEDULE}))
+#: The tasks a schedule row may name, each with the keyword arguments it takes (whole numbers
+#: of 1 or more; `tests/test_beat_schedule.py` reads them off the tasks' signatures). The admin
+#: refuses any other: the task would refuse it at every run, in a worker's log only.
+TASK_KWARGS: dict[str, tuple[str, ...]] = {
+    "alerts.dispatch_events": ("limit",),
+    "alerts.send_due_digests": ("limit",),
+    "hub.backfill_history": ("limit",),
+    "hub.discover": (),  # its `run_id` is a staff run's, never a schedule's
+    "hub.refresh_watches": ("limit",),
+    "hub.sync_stalest": ("limit",),
+    "registry.flush_outbox": ("limit",),
+    "workers.dispatch_template_changes": ("limit",),
+    "workers.prune_heartbeats": ("days",),
+    "workers.request_due_probes": ("limit",),
+    "workers.request_missing_checks": ("limit",),
+}
+SCHEDULABLE_TASKS: tuple[str, ...] = tuple(sorted(TASK_KWARGS))
+
+
+def kwargs_errors(task: str, kwargs: object) -> list[str]:
+    """Why these keyword arguments cannot be sent to `task` (empty: they can)."""
+    if not isinstance(kwargs, dict):
+        return ["Keyword arguments must be a JSON object."]
+    known = TASK_KWARGS.get(task)
+    if known is None:
+        return []  # a task copied from an older schedule: the worker says what it takes
+    errors = []
+    for key, value in kwargs.items():
+        if key not in known:
+            takes = ", ".join(known) if known else "none"
+            errors.append(f"{task} takes no argument {key!r} (it takes: {takes}).")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errors.append(f"{key} must be a whole number of 1 or more, not {value!r}.")
+    return errors
 
 
 def ensure_default_schedule() -> int:
