@@ -293,12 +293,13 @@ def latest_check(template_version: TemplateVersion) -> CheckRun | None:
 
 
 def model_check(snapshot: TemplateSnapshot) -> CheckRun | None:
-    """The check a model's page and API show: its default template checked with its own
-    tokenizer.json (on bytes when it has none), the pair its verdict is computed from
-    (`refresh_verdicts`). A template shared by repos with different tokenizers has a run for
-    each: the newest run of the version could be another repo's, with that repo's tokenizer
-    and its reason for checking on bytes. The newest run of any tokenizer only when this pair
-    has none (yet)."""
+    """The check a model's page and API show: the newest run of its default template with its
+    own tokenizer.json (on bytes when it has none), finished or not; the pair its verdict is
+    computed from (`refresh_verdicts`, which reads only finished runs of this engine version).
+    A template shared by repos with different tokenizers has a run for each: the newest run of
+    the version could be another repo's, with that repo's tokenizer and its reason for checking
+    on bytes. The newest run of any tokenizer only when this pair has never been asked for (a
+    model recorded before runs were per tokenizer)."""
     runs: QuerySet[CheckRun] = snapshot.default_template.check_runs.order_by("-created_at", "-id")
     own = runs.filter(tokenizer_sha=snapshot.tokenizer_json_sha).first()
     return own if own is not None else runs.first()
