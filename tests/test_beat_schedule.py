@@ -320,3 +320,14 @@ def test_the_arguments_the_admin_allows_are_the_tasks_own() -> None:
             assert parameters[key].annotation in (int, "int"), (name, key)
     for job in DEFAULT_SCHEDULE:
         assert job.task in TASK_KWARGS and kwargs_errors(job.task, job.kwargs) == [], job.name
+
+
+def test_beat_wakes_when_the_next_look_at_the_table_is_due() -> None:
+    """Beat sleeps what a tick returns: never past the next look at the table, so an edit is
+    read within RELOAD_CHECK_SECONDS, not up to twice that."""
+    only({"name": "daily", "task": "workers.prune_heartbeats", "every_seconds": 86400})
+    scheduler = RecordingScheduler(app=app)
+    scheduler._last_checked = time.monotonic() - 4.0  # looked 4 s ago: due in 1
+    assert scheduler.tick() <= 1.0
+    scheduler._last_checked = time.monotonic() - 4.5
+    assert scheduler.tick() <= 0.5

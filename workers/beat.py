@@ -119,8 +119,11 @@ class TableScheduler(Scheduler):
             except DatabaseError as exc:
                 logger.warning("could not record the beat tick: %s", exc)
         interval: float = super().tick(*args, **kwargs)
-        # Wake up often enough that the tick record stays fresh and edits are read.
-        return min(interval, TICK_RECORD_INTERVAL, RELOAD_CHECK_SECONDS)
+        # Wake up often enough that the tick record stays fresh, and when the next look at the
+        # table is due: sleeping a full RELOAD_CHECK_SECONDS could wake just before it, and
+        # read an edit only a second interval later.
+        next_check = RELOAD_CHECK_SECONDS - (time.monotonic() - self._last_checked)
+        return max(0.0, min(interval, TICK_RECORD_INTERVAL, next_check))
 
     @property
     def info(self) -> str:
