@@ -28,7 +28,7 @@ from .models import BeatTick, PeriodicJob
 logger = logging.getLogger(__name__)
 
 TICK_RECORD_INTERVAL = 10.0
-#: How often beat asks whether the table changed (one aggregate query).
+#: How often beat asks whether the table changed (one query: each row's id and edit time).
 RELOAD_CHECK_SECONDS = 5.0
 
 
