@@ -4,6 +4,7 @@ used by the plan for every term; counts capped so a broad term costs no more at 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -51,6 +52,58 @@ def test_search_text_holds_every_searched_field_lower_cased() -> None:
     model.family = "Okapi"
     model.save()
     assert HubModel.objects.search("okapi").get() == model  # kept by the database on save
+
+
+def test_a_term_with_separators_matches_those_separators_only() -> None:
+    """`search_text` writes `-`, `_`, `.`, `/` and `:` as letters (and those letters, where a
+    model's text has them, as a character that is none of them): a term matches as before."""
+    HubModel.objects.bulk_create(
+        HubModel(repo_id=repo_id, author=repo_id.split("/")[0], tags=tags)
+        for repo_id, tags in [
+            ("org-42/Qwen2.5-7B", ["license:mit"]),
+            ("org_42/qwen2-5-7b", ["license-mit"]),
+            ("org.42/other", ["orgƀ42", "qwen2ƅ5"]),  # the letters themselves, in a tag
+        ]
+    )
+
+    def found(q: str) -> set[str]:
+        return set(HubModel.objects.search(q).values_list("repo_id", flat=True))
+
+    assert found("org-42") == {"org-42/Qwen2.5-7B"}
+    assert found("ORG_42") == {"org_42/qwen2-5-7b"}
+    assert found("qwen2.5") == {"org-42/Qwen2.5-7B"}
+    assert found("license:mit") == {"org-42/Qwen2.5-7B"}
+    assert found("42/") == {"org-42/Qwen2.5-7B", "org_42/qwen2-5-7b", "org.42/other"}
+    assert found("orgƀ42") == {"org.42/other"}  # the letter is not a separator's stand-in
+    assert found("2-5-7b 42/q") == {"org_42/qwen2-5-7b"}
+
+
+def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JSON plan's node and every node under it."""
+    return [node, *(found for child in node.get("Plans", []) for found in plan_nodes(child))]
+
+
+def test_a_term_across_a_separator_is_found_through_its_own_trigrams() -> None:
+    """pg_trgm keeps only the trigrams inside a word. With the separators as they were, "org-42"
+    asked the index for those of "org" and "42", and PostgreSQL rechecked every model with a
+    word starting "42" to find one organisation's (at 100,000 models, 1,869 candidates for
+    275 matches); written as letters, the trigrams across them find that organisation's."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigram index exists on PostgreSQL only")
+    many_models(6000)  # org-0 … org-299, and names numbered 0 … 5999
+    matches = HubModel.objects.search("org-42").count()
+    assert matches == 20  # org-42's, not org-4's or a name's "-42…"
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        sql, params = HubModel.objects.search("org-42").values_list("pk").query.sql_with_params()
+        cursor.execute("SET enable_seqscan = off")  # the index's own candidates, whatever the plan
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        (plan,) = cursor.fetchone()
+        cursor.execute("RESET enable_seqscan")
+    (scan,) = [node for node in plan_nodes(plan[0]["Plan"]) if node.get("Index Name")]
+    assert scan["Index Name"] == "dashboard_search_text_trgm", plan
+    # The names "…-chat-42…" (111 of them) share "org" and " 42" with it, not "gƀ4" and "ƀ42".
+    assert scan["Actual Rows"] <= 2 * matches, plan
 
 
 def test_the_plan_uses_the_trigram_index_for_a_narrow_term() -> None:

@@ -6,9 +6,9 @@ import re
 
 from django.core.exceptions import ValidationError
 from django.db import connection, models
-from django.db.models import F, Q, Value
+from django.db.models import F, Func, Q, Value
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast, Concat, Lower, Upper
+from django.db.models.functions import Cast, Concat, Lower, Replace, Upper
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
@@ -175,10 +175,11 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
     def search(self, query: str) -> HubModelQuerySet:
         """Models whose repo id, family, model type or tags contain every term (any case).
 
-        One generated, lower-cased column (`search_text`) holds all four, so one trigram index
-        serves every term on PostgreSQL (dashboard migration 0005): `LIKE '%term%'` on it. On
-        PostgreSQL a term of one or two letters or digits matches the start of a word instead
-        (`search_words`, dashboard migration 0006): "7b" finds "qwen2-7b", not "27b".
+        One generated column (`search_text`) holds all four, so one trigram index
+        serves every term on PostgreSQL (dashboard migrations 0005 and 0007): `LIKE '%term%'`
+        on it, the term written as the column is. On PostgreSQL a term of one or two letters or
+        digits matches the start of a word instead (`search_words`, dashboard migration 0006):
+        "7b" finds "qwen2-7b", not "27b".
         """
         found = self
         words = connection.vendor == "postgresql"
@@ -200,8 +201,35 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
                 )
                 found = found.filter(Exact(prefix, True))
             else:
-                found = found.filter(search_text__contains=term)
+                found = found.filter(search_text__contains=term.translate(SEARCH_KEY))
         return found
+
+
+#: The separators inside a repo id or a tag ("org-42", "qwen2.5", "license:mit"), each written
+#: in `search_text` as a letter of its own, and a term the same way. pg_trgm splits a text into
+#: words at anything but a letter or a digit and keeps only the trigrams inside a word, so with
+#: the separators as they are "org-42" asked for the trigrams of "org" (in every model of an
+#: organisation named so) and of "42", and PostgreSQL rechecked thousands of rows to find a few
+#: hundred; written as letters, the trigrams that cross them ("gƀ4", "ƀ42") find those rows
+#: alone (docs/dashboard.md, "Separators written as letters"). The letters are rare ones, and
+#: where one of them is in a model's text it is written as `SEARCH_ESCAPE` (not a letter), so a
+#: term with a separator matches where the text has that separator and nowhere else.
+SEARCH_SEPARATORS = {"-": "ƀ", "_": "ƃ", ".": "ƅ", "/": "ƈ", ":": "ƌ"}
+SEARCH_ESCAPE = "\ufffd"
+#: A lower-cased term as `search_text` writes it (`search_key` is the database's side).
+SEARCH_KEY = str.maketrans(
+    {**dict.fromkeys(SEARCH_SEPARATORS.values(), SEARCH_ESCAPE), **SEARCH_SEPARATORS}
+)
+
+
+def search_key(text: Func) -> Func:
+    """`text` (lower-cased) as `search_text` holds it: what `SEARCH_KEY` does to a term, as
+    `replace()` calls (PostgreSQL and SQLite both have it; `translate()` is PostgreSQL's)."""
+    for letter in SEARCH_SEPARATORS.values():
+        text = Replace(text, Value(letter), Value(SEARCH_ESCAPE), output_field=models.TextField())
+    for separator, letter in SEARCH_SEPARATORS.items():
+        text = Replace(text, Value(separator), Value(letter), output_field=models.TextField())
+    return text
 
 
 #: More words than this in one search add nothing but cost: the rest are ignored.
@@ -264,18 +292,21 @@ class HubModel(models.Model):
     #: When that attempt failed; None after a success.
     sync_failed_at = models.DateTimeField(null=True, blank=True)
     #: What the catalog search looks in, kept by the database: repo id, family, model type and
-    #: tags, lower-cased, in one column (one trigram index on PostgreSQL).
+    #: tags, lower-cased, the separators inside them written as letters (`SEARCH_SEPARATORS`),
+    #: in one column (one trigram index on PostgreSQL).
     search_text = models.GeneratedField(
-        expression=Lower(
-            Concat(
-                F("repo_id"),
-                Value(" "),
-                F("family"),
-                Value(" "),
-                F("model_type"),
-                Value(" "),
-                Cast(F("tags"), models.TextField()),
-                output_field=models.TextField(),
+        expression=search_key(
+            Lower(
+                Concat(
+                    F("repo_id"),
+                    Value(" "),
+                    F("family"),
+                    Value(" "),
+                    F("model_type"),
+                    Value(" "),
+                    Cast(F("tags"), models.TextField()),
+                    output_field=models.TextField(),
+                )
             )
         ),
         output_field=models.TextField(),
