@@ -13,6 +13,7 @@ import logging
 from django.db import DatabaseError, migrations, models, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
+from django.db.models import Func
 from django.db.models.functions import Cast, Concat, Lower, Replace
 
 logger = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ def searched() -> Lower:
     )
 
 
-def written_as_letters() -> Replace:
-    text = searched()
+def written_as_letters() -> Func:
+    text: Func = searched()
     for letter in SEPARATORS.values():
         text = Replace(
             text, models.Value(letter), models.Value(ESCAPE), output_field=models.TextField()
