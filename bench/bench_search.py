@@ -60,6 +60,9 @@ TERMS = {
     # so which plan such a page gets is a matter of the latest ANALYZE's sample.
     "an organisation": "org-42",
     "a dataset tag": "corpus-199",
+    # A name as a reader types it, across a separator ("qwen2.5-7b", "llama-3"): the kind
+    # "chat" then a number starting with 4 (about 3,200 models at 100,000, 300 at 10,000).
+    "a name across a separator": "chat-4",
     "prefix of a name": "gra",
     "short (2 chars)": "7b",
     # What search as you type asks after a pause on the first letter of "qwen".

@@ -78,7 +78,10 @@ DRIFT_CHOICES = {
     Drift.EDITED: "Edited template",
     Drift.SAME: "Same template as the base",
 }
-# The catalog needs only these columns; the rest of HubModel stays in the database.
+# The catalog needs only these columns; the rest of HubModel stays in the database. Not
+# `last_synced_at`: a sync of an unchanged repo writes it and starts no new generation of the
+# pages (dashboard/page_cache.py), so no listing may show it; and Django reads each timestamp in
+# Python (its time zone loader), 0.3 ms a page of 50 in one process.
 MODEL_COLUMNS = (
     "repo_id",
     "author",
@@ -93,7 +96,6 @@ MODEL_COLUMNS = (
     "base_model",
     "status",
     "last_template_change_at",
-    "last_synced_at",
     "sync_error",
     "reuse",
 )
@@ -136,7 +138,6 @@ class CatalogRow:
     base_model: str
     status: str
     last_template_change_at: datetime | None
-    last_synced_at: datetime | None
     sync_error: str
     reuse: float | None
     verdicts: RowVerdicts | None
