@@ -386,6 +386,66 @@ def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
             assert repo_id in body
 
 
+def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
+    client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search that no model of PostgreSQL's sample matches reads its page sorted from every
+    match in one query, which also counts them: no count first, so the trigram index is read
+    once. Past the matches it may sort it walks, and the process remembers that search."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the sample and the sorted read are PostgreSQL's")
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    monkeypatch.setattr(catalog_module, "_table", [])
+    monkeypatch.setattr(catalog_module, "_more_than", {})
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE registry_hubmodel CASCADE")
+    many_models(6000)  # 20 models an organisation
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+    assert len(catalog_module.search_sample()) > 50
+    assert catalog_module.looks_rare(CatalogQuery(q="org-7/"), 200, 6000)
+    assert not catalog_module.looks_rare(CatalogQuery(q="org-7/"), 50, 6000)  # ~1% of 6,000
+    assert not catalog_module.looks_rare(CatalogQuery(q="chat"), 200, 6000)
+    assert not catalog_module.looks_rare(CatalogQuery(q="zq"), 200, 6000)  # a word's start
+    expected = list(
+        HubModel.objects.search("org-7/")
+        .order_by("-downloads", "repo_id")
+        .values_list("repo_id", flat=True)
+    )
+    assert len(expected) == 20
+
+    def read(q: str, page: str = "1") -> tuple[list[str], list[str], str]:
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get("/", {"q": q, "page": page}).content.decode()
+        sql = [q["sql"] for q in queries.captured_queries]
+        return sql, [s for s in sql if "ctid" in s], body
+
+    for cap, counted in ((10, "10+ models"), (30, "20 models")):  # past the cap, and under it
+        monkeypatch.setattr(catalog_module, "COUNT_CAP", cap)
+        sql, counts, body = read("org-7/")
+        assert counted in body
+        assert not counts  # no count first
+        assert sum("MATERIALIZED" in s for s in sql) == 1
+        positions = [body.index(f">{repo_id}</a>") for repo_id in expected[:20]]
+        assert positions == sorted(positions)  # the catalog's order
+    # Page 5 of a search with two pages of 10: the last page, sorted.
+    paginator = catalog_module.CappedPaginator(CatalogQuery(q="org-7/", page="5"), 10)
+    page = paginator.get_page("5")
+    assert page.number == 2 and [row.repo_id for row in page] == expected[10:]
+
+    # The sample can miss a broad search: it sorts no more than it may, then walks.
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
+    monkeypatch.setattr(catalog_module, "looks_rare", lambda query, most, models: True)
+    paginator = catalog_module.CappedPaginator(CatalogQuery(q="chat"), 10)
+    assert paginator.capped and paginator.rare is not None
+    assert paginator.rare.matches == paginator.rare.most + 1
+    chat = HubModel.objects.search("chat").order_by("-downloads", "repo_id")
+    assert [row.repo_id for row in paginator.page(1)] == list(
+        chat.values_list("repo_id", flat=True)[:10]
+    )
+    assert catalog_module.CappedPaginator(CatalogQuery(q="chat"), 10).rare is None  # learned
+
+
 def test_the_walk_and_the_sorted_read_cost_the_same_at_the_break_even() -> None:
     """`break_even` is where the two costs meet: fewer matches sort for less, more walk for
     less; it grows with the page's depth and the catalog."""

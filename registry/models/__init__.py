@@ -22,6 +22,7 @@ from .catalog import (
     Watch,
     WatchKind,
     WatchQuerySet,
+    search_terms,
     validate_repo_id,
 )
 from .check_runs import CatalogVerdict, CheckRun, CheckStatus, ProbeStatus, Thinking, Tools
@@ -65,5 +66,6 @@ __all__ = [
     "Watch",
     "WatchKind",
     "WatchQuerySet",
+    "search_terms",
     "validate_repo_id",
 ]

@@ -182,10 +182,8 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
         "7b" finds "qwen2-7b", not "27b".
         """
         found = self
-        words = connection.vendor == "postgresql"
-        for term in query.lower().split()[:SEARCH_TERMS]:
-            word = re.sub(r"[^a-z0-9]+", "", term)
-            if words and len(term) < SHORT_TERM and word == term:
+        for term, is_word in search_terms(query):
+            if is_word:
                 # No trigram in one or two characters: the start of a word, from the word
                 # index (dashboard migration 0006) rather than a scan of every row. The word
                 # itself is asked for beside its prefix (the same matches): PostgreSQL
@@ -196,12 +194,12 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
                 # the cap (0.7).
                 prefix = RawSQL(
                     "search_words @@ to_tsquery('simple', %s)",
-                    (f"{word} | {word}:*",),
+                    (f"{term} | {term}:*",),
                     output_field=models.BooleanField(),
                 )
                 found = found.filter(Exact(prefix, True))
             else:
-                found = found.filter(search_text__contains=term.translate(SEARCH_KEY))
+                found = found.filter(search_text__contains=term)
         return found
 
 
@@ -230,6 +228,20 @@ def search_key(text: Func) -> Func:
     for separator, letter in SEARCH_SEPARATORS.items():
         text = Replace(text, Value(separator), Value(letter), output_field=models.TextField())
     return text
+
+
+def search_terms(query: str) -> list[tuple[str, bool]]:
+    """What `HubModelQuerySet.search` asks for each term of `query`: the term as `search_text`
+    holds it (`SEARCH_KEY`), or, on PostgreSQL, a word of one or two letters or digits to
+    find at the start of a word (True)."""
+    words = connection.vendor == "postgresql"
+    terms = []
+    for term in query.lower().split()[:SEARCH_TERMS]:
+        if words and len(term) < SHORT_TERM and re.fullmatch(r"[a-z0-9]+", term):
+            terms.append((term, True))
+        else:
+            terms.append((term.translate(SEARCH_KEY), False))
+    return terms
 
 
 #: More words than this in one search add nothing but cost: the rest are ignored.
