@@ -397,14 +397,16 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
     monkeypatch.setattr(catalog_module, "_table", [])
     monkeypatch.setattr(catalog_module, "_more_than", {})
+    monkeypatch.setattr(catalog_module, "SAMPLE_BLOCKS", 10**6)  # every model: no chance
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE registry_hubmodel CASCADE")
     many_models(6000)  # 20 models an organisation
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE registry_hubmodel")
-    assert len(catalog_module.search_sample()) > 50
-    assert catalog_module.looks_rare(CatalogQuery(q="org-7/"), 200, 6000)
-    assert not catalog_module.looks_rare(CatalogQuery(q="org-7/"), 50, 6000)  # ~1% of 6,000
+    assert catalog_module.search_sample().models == 6002
+    # 20 of 6,002 in the sample: read as (20 + 1) / 6,004 of the 6,000 models, 20.99.
+    assert catalog_module.looks_rare(CatalogQuery(q="org-7/"), 21, 6000)
+    assert not catalog_module.looks_rare(CatalogQuery(q="org-7/"), 20, 6000)
     assert not catalog_module.looks_rare(CatalogQuery(q="chat"), 200, 6000)
     assert not catalog_module.looks_rare(CatalogQuery(q="zq"), 200, 6000)  # a word's start
     expected = list(
