@@ -53,13 +53,16 @@ def broker_not_known_down() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def nothing_learned_of_searches() -> Iterator[None]:
-    """What a process learned of a search's matches (`dashboard.catalog._more_than`) holds
-    for the tables of the test that learned it, not the next test's."""
+    """What a process learned of a search's matches (`dashboard.catalog._more_than`), and of
+    the catalog table (its size, its sample), holds for the tables of the test that learned
+    it, not the next test's."""
     from dashboard import catalog
 
-    catalog._more_than.clear()
+    for kept in (catalog._more_than, catalog._table, catalog._sample):
+        kept.clear()
     yield
-    catalog._more_than.clear()
+    for kept in (catalog._more_than, catalog._table, catalog._sample):
+        kept.clear()
 
 
 @pytest.fixture(autouse=True)

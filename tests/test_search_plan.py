@@ -398,6 +398,7 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     monkeypatch.setattr(catalog_module, "_table", [])
     monkeypatch.setattr(catalog_module, "_more_than", {})
     monkeypatch.setattr(catalog_module, "SAMPLE_BLOCKS", 10**6)  # every model: no chance
+    monkeypatch.setattr(catalog_module, "_sample", [])
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE registry_hubmodel CASCADE")
     many_models(6000)  # 20 models an organisation
