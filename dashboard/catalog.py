@@ -455,11 +455,11 @@ class SearchSample:
 
 def search_sample() -> SearchSample:
     """A sample of the catalog's models (`SearchSample`): those of `SAMPLE_BLOCKS` of the
-    table's blocks, drawn by PostgreSQL (`TABLESAMPLE SYSTEM`: 650 to 770 at 100,000 models),
+    table's blocks, drawn by PostgreSQL (`TABLESAMPLE SYSTEM`: 600 to 770 at 100,000 models),
     read at most every `SAMPLE_SECONDS` per process; every model while the table has no more
     blocks than that. The same blocks each time while the table keeps its size (`REPEATABLE`),
-    so they stay in PostgreSQL's buffers: about 20 ms to read them there, where blocks read
-    from disk took 50 to 435 ms (at 100,000 models)."""
+    so they stay in PostgreSQL's buffers: 2 to 3 ms to read them there (45 ms the first time),
+    where new blocks each time took 20 ms and more, 435 from disk (at 100,000 models)."""
     now = time.monotonic()
     if _sample and now - _sample[0][0] < SAMPLE_SECONDS:
         return _sample[0][1]
@@ -579,7 +579,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     @cached_property
     def rare(self) -> SortedRead | None:
-        """For a search that PostgreSQL's sample says few models match (`looks_rare`: fewer
+        """For a search that the catalog's sample says few models match (`looks_rare`: fewer
         than the sorted read may read), the page asked for (`query.page`) read from every
         match, sorted, with their number: one query, where counting first and then sorting
         built the search's bitmap twice (the trigram index's lists, most of either query: at
