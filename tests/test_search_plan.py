@@ -389,9 +389,9 @@ def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
 def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A search that no model of PostgreSQL's sample matches reads its page sorted from every
-    match in one query, which also counts them: no count first, so the trigram index is read
-    once. Past the matches it may sort it walks, and the process remembers that search."""
+    """A search that the catalog's sample says few models match reads its page sorted from
+    every match in one query, which also counts them: no count first, so the trigram index is
+    read once. Past the matches it may sort it walks, and the process remembers that search."""
     if connection.vendor != "postgresql":
         pytest.skip("the sample and the sorted read are PostgreSQL's")
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0

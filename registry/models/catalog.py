@@ -175,11 +175,11 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
     def search(self, query: str) -> HubModelQuerySet:
         """Models whose repo id, family, model type or tags contain every term (any case).
 
-        One generated column (`search_text`) holds all four, so one trigram index
-        serves every term on PostgreSQL (dashboard migrations 0005 and 0007): `LIKE '%term%'`
-        on it, the term written as the column is. On PostgreSQL a term of one or two letters or
-        digits matches the start of a word instead (`search_words`, dashboard migration 0006):
-        "7b" finds "qwen2-7b", not "27b".
+        One generated column (`search_text`) holds all four, so one trigram index serves
+        every term on PostgreSQL (dashboard migration 0005, built again by registry migration
+        0018): `LIKE '%term%'` on it, the term written as the column is (`search_terms`). On
+        PostgreSQL a term of one or two letters or digits matches the start of a word instead
+        (`search_words`, dashboard migration 0006): "7b" finds "qwen2-7b", not "27b".
         """
         found = self
         for term, is_word in search_terms(query):
@@ -209,9 +209,10 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
 #: the separators as they are "org-42" asked for the trigrams of "org" (in every model of an
 #: organisation named so) and of "42", and PostgreSQL rechecked thousands of rows to find a few
 #: hundred; written as letters, the trigrams that cross them ("gƀ4", "ƀ42") find those rows
-#: alone (docs/dashboard.md, "Separators written as letters"). The letters are rare ones, and
-#: where one of them is in a model's text it is written as `SEARCH_ESCAPE` (not a letter), so a
-#: term with a separator matches where the text has that separator and nowhere else.
+#: alone (docs/dashboard.md, "Separators written as letters, and a rare search read once").
+#: The letters are rare ones, and where one of them is in a model's text it is written as
+#: `SEARCH_ESCAPE` (not a letter), so a term with a separator matches where the text has that
+#: separator and nowhere else.
 SEARCH_SEPARATORS = {"-": "ƀ", "_": "ƃ", ".": "ƅ", "/": "ƈ", ":": "ƌ"}
 SEARCH_ESCAPE = "\ufffd"
 #: A lower-cased term as `search_text` writes it (`search_key` is the database's side).
