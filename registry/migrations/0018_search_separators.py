@@ -8,15 +8,12 @@ this migration was made, not imported.
 
 from __future__ import annotations
 
-import logging
-
-from django.db import DatabaseError, migrations, models, transaction
+from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 from django.db.models import Func
 from django.db.models.functions import Cast, Concat, Lower, Replace
 
-logger = logging.getLogger(__name__)
 INDEX = "dashboard_search_text_trgm"
 SEPARATORS = {"-": "ƀ", "_": "ƃ", ".": "ƅ", "/": "ƈ", ":": "ƌ"}
 ESCAPE = "\ufffd"
@@ -51,15 +48,14 @@ def written_as_letters() -> Func:
 
 
 def index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    """The trigram index on the column as it now is (PostgreSQL with pg_trgm only)."""
+    """The trigram index on the column as it now is, where dashboard migration 0005 could build
+    it (PostgreSQL with pg_trgm; it installed the extension or said why not)."""
     if schema_editor.connection.vendor != "postgresql":
         return
-    try:
-        with transaction.atomic(using=schema_editor.connection.alias):
-            schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    except DatabaseError:
-        logger.warning("pg_trgm is not available: catalog search runs without trigram indexes")
-        return
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+        if cursor.fetchone() is None:
+            return
     schema_editor.execute(
         f"CREATE INDEX IF NOT EXISTS {INDEX} ON registry_hubmodel "
         "USING gin (search_text gin_trgm_ops) WITH (fastupdate = off)"
