@@ -476,18 +476,15 @@ def search_sample() -> SearchSample:
     return sample
 
 
-def looks_rare(query: CatalogQuery, most: int, models: float) -> bool:
+def looks_rare(terms: list[str], most: int, models: float) -> bool:
     """Whether the catalog's sample (`search_sample`) says fewer than `most` of its `models`
-    match the search's terms: the share of the sample that holds every term, as (matches + 1)
-    / (sample + 2), so that a sample without a match reads as under its size's share, not as
-    none. A term of one or two characters (matched against words, not sampled) or a search
-    with no term says no."""
-    read = search_terms(query.q)
+    hold every one of `terms` (as `search_terms` writes them, none matched against words): the
+    share of the sample that holds them, as (matches + 1) / (sample + 2), so that a sample
+    without a match reads as under its size's share, not as none."""
     sample = search_sample()
-    if not read or any(is_word for _, is_word in read) or not sample.models or models <= 0:
+    if not terms or not sample.models or models <= 0:
         return False
-    matches = sample.most_matching([term for term, _ in read])
-    return (matches + 1) / (sample.models + 2) * models < most
+    return (sample.most_matching(terms) + 1) / (sample.models + 2) * models < most
 
 
 def matches_estimate(blocks: list[int], table: int) -> float | None:
@@ -590,9 +587,9 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         catalog, where counting first costs little)."""
         if connection.vendor != "postgresql" or self.query.sort not in SORTED_READ:
             return None
-        terms = search_terms(self.query.q)
-        if not terms or any(is_word for _, is_word in terms):
-            return None  # nothing the sample can say (`looks_rare`), so nothing to read
+        read = search_terms(self.query.q)
+        if not read or any(is_word for _, is_word in read):
+            return None  # no term, or one matched against words: the sample cannot say
         learned = _more_than.get(self.matching)
         if learned is not None and time.monotonic() - learned[0] < TABLE_SECONDS:
             return None
@@ -603,7 +600,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         table, per_block = table_blocks()
         models = table * per_block
         most = min(SORT_CAP, int(break_even(top, models)))
-        if most <= COUNT_CAP or not looks_rare(self.query, most, models):
+        if most <= COUNT_CAP or not looks_rare([term for term, _ in read], most, models):
             return None
         matches, keys = self._sorted_keys(bottom, top, most)
         return SortedRead(number, most, matches, keys)

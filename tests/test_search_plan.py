@@ -14,7 +14,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from dashboard import catalog as catalog_module
 from dashboard.catalog import CatalogQuery
-from registry.models import HubModel, ProbeStatus
+from registry.models import HubModel, ProbeStatus, search_terms
 
 pytestmark = pytest.mark.django_db
 
@@ -405,11 +405,16 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE registry_hubmodel")
     assert catalog_module.search_sample().models == 6002
+
+    def rare(q: str, most: int) -> bool:
+        return catalog_module.looks_rare([t for t, _ in search_terms(q)], most, 6000)
+
     # 20 of 6,002 in the sample: read as (20 + 1) / 6,004 of the 6,000 models, 20.99.
-    assert catalog_module.looks_rare(CatalogQuery(q="org-7/"), 21, 6000)
-    assert not catalog_module.looks_rare(CatalogQuery(q="org-7/"), 20, 6000)
-    assert not catalog_module.looks_rare(CatalogQuery(q="chat"), 200, 6000)
-    assert not catalog_module.looks_rare(CatalogQuery(q="zq"), 200, 6000)  # a word's start
+    assert rare("org-7/", 21)
+    assert not rare("org-7/", 20)
+    assert not rare("chat", 200)
+    assert search_terms("zq") == [("zq", True)]  # a word's start: never sampled
+    assert catalog_module.CappedPaginator(CatalogQuery(q="zq"), 10).rare is None
     expected = list(
         HubModel.objects.search("org-7/")
         .order_by("-downloads", "repo_id")
@@ -438,7 +443,7 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
 
     # The sample can miss a broad search: it sorts no more than it may, then walks.
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
-    monkeypatch.setattr(catalog_module, "looks_rare", lambda query, most, models: True)
+    monkeypatch.setattr(catalog_module, "looks_rare", lambda terms, most, models: True)
     paginator = catalog_module.CappedPaginator(CatalogQuery(q="chat"), 10)
     assert paginator.capped and paginator.rare is not None
     assert paginator.rare.matches == paginator.rare.most + 1
