@@ -226,6 +226,11 @@ class CatalogQuery:
         """The matching models, sorted, with only the columns a catalog row shows."""
         return self._listed(self._matching())
 
+    def keys_in_order(self) -> QuerySet[HubModel, int]:
+        """The matching models' keys in the catalog's order: for a search alone, what its
+        order's covering index (registry migration 0019) answers without reading the table."""
+        return self._matching().order_by(*SORTS[self.sort]).values_list("pk", flat=True)
+
     def by_keys(self, keys: list[int]) -> QuerySet[HubModel]:
         """The models with these keys as `models()` lists them: the same columns and order, no
         filter. For keys `models()` found (`CappedPaginator`): PostgreSQL then reads them by
@@ -380,6 +385,18 @@ MAX_PAGES = 20
 #: (docs/dashboard.md, "Searches between narrow and broad"): the walk about 2 µs a model; the
 #: sorted read 2 ms for its two queries and about 5 µs a match.
 WALK_MS_PER_MODEL = 0.002
+#: The same walk for a search alone (its terms, no filter), over the order's covering index
+#: (registry migration 0019): it tests the index's copy of each model's searched text and reads
+#: no row. Measured at 100,000 models, the keys alone: 6,045 models walked for "chat-4" in 4.4
+#: ms, about 0.7 µs a model.
+WALK_MS_PER_KEY = 0.0007
+#: A search alone whose share of the catalog the sample puts at this or more walks its order's
+#: covering index to the count's cap at once, and that walk is the count (`walked`): it reads
+#: about (`COUNT_CAP` + 1) / share models, 3,200 or fewer (2 to 3 ms), where counting first
+#: cost 0.8 to 3.4 ms and the walk after it came on top (at 100,000 models, "mistral": 1.4 ms
+#: walked to the cap, 3.4 + 0.7 counted then walked; "chat-4", a share of 3.2%: 4.4 against
+#: 1.6 + 1.2, so it counts first).
+WALK_ALONE_SHARE = 1 / 16
 SORT_MS = 2.0
 SORT_MS_PER_MATCH = 0.005
 #: The sorted read reads at most this many matches, and never more than the number past which
@@ -441,16 +458,23 @@ def table_blocks(refresh: bool = False) -> tuple[int, float]:
 
 @dataclass(frozen=True, slots=True)
 class SearchSample:
-    """The searched text (`search_text`) of a sample of the catalog's models, one a line, as
-    UTF-8 (`bytes.count` reads it at memory speed), and how many models it holds."""
+    """The searched text (`search_text`) of a sample of the catalog's models, one a model."""
 
-    text: bytes = b""
-    models: int = 0
+    texts: tuple[str, ...] = ()
 
-    def most_matching(self, terms: list[str]) -> int:
-        """At most how many of its models hold every term: the fewest times one term occurs
-        (a model may hold a term twice, so it is a bound, never under the truth)."""
-        return min(self.text.count(term.encode()) for term in terms)
+    @property
+    def models(self) -> int:
+        return len(self.texts)
+
+    def matching(self, terms: list[str]) -> int:
+        """How many of its models hold every term. Counted a model at a time: counting a term
+        in the whole sample at once counted "qwen" three times a model (its repo id, family
+        and model type), and two terms as the rarer one alone ("qwen gguf": 11% of the
+        catalog where 2.7% hold both)."""
+        found = self.texts
+        for term in terms:  # the rarest first would read less; any order gives the same
+            found = tuple(text for text in found if term in text)
+        return len(found)
 
 
 def search_sample() -> SearchSample:
@@ -471,20 +495,27 @@ def search_sample() -> SearchSample:
             [min(100.0, 100.0 * SAMPLE_BLOCKS / max(blocks, 1)), SAMPLE_SEED],
         )
         texts = [text for (text,) in cursor.fetchall() if text]
-    sample = SearchSample("\n".join(texts).encode(), len(texts))
+    sample = SearchSample(tuple(texts))
     _sample[:] = [(now, sample)]
     return sample
 
 
-def looks_rare(terms: list[str], most: int, models: float) -> bool:
-    """Whether the catalog's sample (`search_sample`) says fewer than `most` of its `models`
-    hold every one of `terms` (as `search_terms` writes them, none matched against words): the
-    share of the sample that holds them, as (matches + 1) / (sample + 2), so that a sample
-    without a match reads as under its size's share, not as none."""
+def sampled_share(terms: list[str]) -> float | None:
+    """The share of the catalog's models that hold every one of `terms` (as `search_terms`
+    writes them, none matched against words), by its sample (`search_sample`): (matches + 1) /
+    (sample + 2), so that a sample without a match reads as under its size's share, not as
+    none. None without a sample or a term."""
     sample = search_sample()
-    if not terms or not sample.models or models <= 0:
-        return False
-    return (sample.most_matching(terms) + 1) / (sample.models + 2) * models < most
+    if not terms or not sample.models:
+        return None
+    return (sample.matching(terms) + 1) / (sample.models + 2)
+
+
+def looks_rare(terms: list[str], most: int, models: float) -> bool:
+    """Whether the catalog's sample says fewer than `most` of its `models` hold every one of
+    `terms` (`sampled_share`)."""
+    share = sampled_share(terms)
+    return share is not None and models > 0 and share * models < most
 
 
 def matches_estimate(blocks: list[int], table: int) -> float | None:
@@ -506,12 +537,13 @@ def matches_estimate(blocks: list[int], table: int) -> float | None:
     return len(blocks) * table / span
 
 
-def break_even(top: int, models: float) -> float:
+def break_even(top: int, models: float, walk_ms: float = WALK_MS_PER_MODEL) -> float:
     """The number of matches at which reading every match and sorting them costs what walking
     the order's index costs to find the first `top` (`SORT_MS` + `SORT_MS_PER_MATCH` m against
-    `WALK_MS_PER_MODEL` top models / m): with fewer the sorted read is cheaper, with more the
-    walk. About 1,240 for a first page at 100,000 models, 1,820 for the second."""
-    a, b, c = SORT_MS_PER_MATCH, SORT_MS, WALK_MS_PER_MODEL * top * models
+    `walk_ms` top models / m): with fewer the sorted read is cheaper, with more the walk.
+    About 1,240 for a first page at 100,000 models, 1,820 for the second; for a search alone,
+    whose walk reads the order's covering index (`WALK_MS_PER_KEY`), about 670 and 1,000."""
+    a, b, c = SORT_MS_PER_MATCH, SORT_MS, walk_ms * top * models
     return (math.sqrt(b * b + 4 * a * c) - b) / (2 * a)
 
 
@@ -572,7 +604,57 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def count(self) -> int:
         if self.rare is not None:
             return min(self.rare.matches, COUNT_CAP + 1)
+        if self.walked is not None:
+            return min(len(self.walked), COUNT_CAP + 1)
         return len(self.keys)
+
+    @cached_property
+    def terms(self) -> list[str] | None:
+        """The search's terms as `search_text` holds them, on PostgreSQL and in one of
+        `SORTED_READ`'s orders, when there is one and each is tested on the text (not against
+        words): what the sample can judge and the orders' covering indexes hold. Else None."""
+        if connection.vendor != "postgresql" or self.query.sort not in SORTED_READ:
+            return None
+        read = search_terms(self.query.q)
+        if not read or any(is_word for _, is_word in read):
+            return None
+        return [term for term, _ in read]
+
+    @cached_property
+    def alone(self) -> bool:
+        """A search alone: `terms`, and no filter. Its order's covering index (registry
+        migration 0019) holds all it tests, so its walk reads keys and no row."""
+        return self.terms is not None and self.matching == CatalogQuery(
+            q=self.query.q, sort="", page=""
+        )
+
+    @property
+    def walk_ms(self) -> float:
+        """What a walk costs a model (`WALK_MS_PER_KEY` for a search alone)."""
+        return WALK_MS_PER_KEY if self.alone else WALK_MS_PER_MODEL
+
+    @cached_property
+    def walked(self) -> list[int] | None:
+        """For a search alone that the catalog's sample says is broad (`WALK_ALONE_SHARE` of
+        its models or more), the keys of its first `COUNT_CAP` + 1 matches in the page's
+        order, or up to the page asked for (`query.page`) when it lies past them: one walk of
+        the order's covering index, which is also the count (no count first). None for any
+        other search, and for one the sorted read takes (`rare`)."""
+        if not self.alone or self.rare is not None:
+            return None
+        share = sampled_share(cast("list[str]", self.terms))
+        if share is None or share < WALK_ALONE_SHARE:
+            return None
+        return list(self.query.keys_in_order()[: self._walk_limit()])
+
+    def _walk_limit(self) -> int:
+        """How far `walked` reads: the count's cap, or the page asked for when past it."""
+        return max(COUNT_CAP + 1, self._number() * self.per_page + 1)
+
+    def _number(self) -> int:
+        """The page asked for (`query.page`), as `page` will read it past the cap."""
+        number = int(self.query.page) if self.query.page.isdigit() else 1
+        return min(max(number, 1), MAX_PAGES)
 
     @cached_property
     def rare(self) -> SortedRead | None:
@@ -585,22 +667,18 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         walks (`page`), and the process remembers the search as `sort_limit` does. None for
         any other search, and where that limit would not reach past the count's cap (a small
         catalog, where counting first costs little)."""
-        if connection.vendor != "postgresql" or self.query.sort not in SORTED_READ:
-            return None
-        read = search_terms(self.query.q)
-        if not read or any(is_word for _, is_word in read):
+        if self.terms is None:
             return None  # no term, or one matched against words: the sample cannot say
         learned = _more_than.get(self.matching)
         if learned is not None and time.monotonic() - learned[0] < TABLE_SECONDS:
             return None
-        number = int(self.query.page) if self.query.page.isdigit() else 1
-        number = min(max(number, 1), MAX_PAGES)
+        number = self._number()
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page + 1
         table, per_block = table_blocks()
         models = table * per_block
-        most = min(SORT_CAP, int(break_even(top, models)))
-        if most <= COUNT_CAP or not looks_rare([term for term, _ in read], most, models):
+        most = min(SORT_CAP, int(break_even(top, models, self.walk_ms)))
+        if most <= COUNT_CAP or not looks_rare(self.terms, most, models):
             return None
         matches, keys = self._sorted_keys(bottom, top, most)
         return SortedRead(number, most, matches, keys)
@@ -623,7 +701,14 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         top = bottom + self.per_page + 1  # past the cap, one row more: whether another follows
         rare = self.rare
         shown: list[CatalogRow] | None = None
-        if rare is not None and rare.matches <= rare.most:
+        if self.walked is not None:
+            keys = self.walked[bottom:top]
+            if top > len(self.walked) == self._walk_limit():  # a page the walk stopped short of
+                keys = self._walk_keys(bottom, top)
+            shown = self._rows(self.query.by_keys(keys), 0, len(keys)) if keys else []
+            if not self.capped:
+                return Page(shown[: self.per_page], number, self)
+        elif rare is not None and rare.matches <= rare.most:
             keys = rare.keys
             if number != rare.number:  # past the last page: the last one
                 keys = self._sorted_keys(bottom, top, rare.most)[1]
@@ -642,7 +727,10 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         else:
             rows = self.query.by_keys(self.keys)
             return Page(self._rows(rows, bottom, bottom + self.per_page), number, self)
-        if shown is None:
+        if shown is None and self.alone:  # the keys from the order's covering index
+            keys = self._walk_keys(bottom, top)
+            shown = self._rows(self.query.by_keys(keys), 0, len(keys)) if keys else []
+        elif shown is None:
             shown = self._rows(self.object_list, bottom, top)
         more = len(shown) > self.per_page and number < MAX_PAGES
         return CatalogPage(shown[: self.per_page], number, self, more)
@@ -670,8 +758,12 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         learned = _more_than.get(self.matching)
         if learned is not None and time.monotonic() - learned[0] < TABLE_SECONDS:
             matches = max(matches, learned[1] + 1)
-        most = min(SORT_CAP, int(break_even(top, table * per_block)))
+        most = min(SORT_CAP, int(break_even(top, table * per_block, self.walk_ms)))
         return most if matches < most else None
+
+    def _walk_keys(self, bottom: int, top: int) -> list[int]:
+        """Keys `bottom` to `top` of a search alone, walked in the page's order."""
+        return list(self.query.keys_in_order()[bottom:top])
 
     @property
     def matching(self) -> CatalogQuery:

@@ -3,11 +3,13 @@ used by the plan for every term; counts capped so a broad term costs no more at 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import QuerySet
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from pytest_django.fixtures import Settings as SettingsWrapper
@@ -39,6 +41,15 @@ def many_models(count: int) -> None:
             HubModel(repo_id="someone/plain", author="someone", tags=["ZebraTag"], downloads=3),
         ]
     )
+
+
+def analyzed_plan(rows: QuerySet[Any]) -> str:
+    """PostgreSQL's plan for `rows`, the catalog table analyzed first."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        sql, params = rows.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def test_search_text_holds_every_searched_field_lower_cased() -> None:
@@ -127,12 +138,13 @@ def test_a_broad_search_counts_up_to_the_cap(
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
     many_models(30)
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
-    body = client.get("/", {"q": "chat"}).content.decode()
+    with_filter = {"q": "chat", "hybrid": "no"}  # one every model passes
+    body = client.get("/", with_filter).content.decode()
     assert "10+ models matching" in body  # counted unordered, up to the cap
     body = client.get("/", {"q": "zebra"}).content.decode()
     assert "2 models matching" in body
     with CaptureQueriesContext(connection) as queries:
-        client.get("/", {"q": "chat"})
+        client.get("/", with_filter)
     (keys,) = [q["sql"] for q in queries.captured_queries if "LIMIT 11" in q["sql"].upper()]
     # Unordered, the key and where the scan found it: sorted, PostgreSQL walks the downloads
     # index instead.
@@ -141,6 +153,18 @@ def test_a_broad_search_counts_up_to_the_cap(
     if connection.vendor != "postgresql":
         block = ""
     assert keys.startswith(f'SELECT "registry_hubmodel"."id" AS "pk"{block} FROM'), keys
+    # The search alone, which nearly every model matches, walks its order instead (on
+    # PostgreSQL, where the covering indexes and the sample are), past the cap to the end of
+    # its first page of 50: that walk is its count.
+    with CaptureQueriesContext(connection) as queries:
+        body = client.get("/", {"q": "chat"}).content.decode()
+    assert "10+ models matching" in body
+    searches = [q["sql"] for q in queries.captured_queries if "LIKE" in q["sql"].upper()]
+    if connection.vendor == "postgresql":
+        (walk,) = searches
+        assert "ORDER BY" in walk and walk.endswith("LIMIT 51"), walk
+    else:
+        assert any(sql.upper().endswith("LIMIT 11") for sql in searches), searches
 
 
 def test_bases_and_derivatives_are_found_through_an_index() -> None:
@@ -153,7 +177,7 @@ def test_bases_and_derivatives_are_found_through_an_index() -> None:
     lookups = {
         "hubmodel_base_model_upper": HubModel.objects.filter(base_model__iexact="Qwen/Qwen3-8B"),
         # As `.first()` asks: ordered by repo id, one row (the repo id index is the trap).
-        "hubmodel_repo_id_upper": HubModel.objects.filter(repo_id__iexact="qwen/QWEN3-8B")[:1],
+        "hubmodel_name_order": HubModel.objects.filter(repo_id__iexact="qwen/QWEN3-8B")[:1],
         # The catalog filtered by one author, in any case.
         "hubmodel_author_upper": CatalogQuery(author="zebra-labs").models(),
     }
@@ -187,14 +211,31 @@ def test_a_broad_search_in_a_nullable_order_walks_an_index_in_that_order(
             last_template_change_at=day + timedelta(days=step) if step else None,
             reuse=step / 10 if step else None,
         )
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE registry_hubmodel")
-        rows = CatalogQuery(q="chat", sort=order).models()[:51]
-        sql, params = rows.query.sql_with_params()
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = analyzed_plan(CatalogQuery(q="chat", sort=order).models()[:51])
     assert index in plan, plan
     assert "Sort" not in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("order", "index"),
+    [
+        ("downloads", "hubmodel_downloads_order"),
+        ("reuse", "hubmodel_reuse_order"),
+        ("changed", "hubmodel_changed_order"),
+        ("name", "hubmodel_name_order"),
+    ],
+)
+def test_a_search_alone_walks_its_orders_index_without_the_table(order: str, index: str) -> None:
+    """A search alone (its terms, no filter) walks the index of its order, which holds each
+    model's searched text (registry migration 0019): an index-only scan, with the terms tested
+    on the index's copy. Through the table each model walked cost about 2 µs at 100,000
+    models, through the index alone about 0.7."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the covering indexes are PostgreSQL's")
+    many_models(6000)
+    plan = analyzed_plan(CatalogQuery(q="chat", sort=order).keys_in_order()[:201])
+    assert f"Index Only Scan using {index} on registry_hubmodel" in plan, plan
+    assert "Sort" not in plan and "search_text" in plan, plan
 
 
 def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:
@@ -236,7 +277,8 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
     "zq" at 100,000 models) and then walks the downloads index through every model to fill a
     page: 70 ms there, against 0.4 ms through the word index. So a search under the count's
     cap reads its page by the keys its count found, without searching again; a broad one
-    keeps the walk, which finds 50 matches early."""
+    walks its order, which finds its matches early: to the cap, its count, with the keys
+    alone, then reads the page's rows by key."""
     if connection.vendor != "postgresql":
         pytest.skip("plans are PostgreSQL's")
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
@@ -251,20 +293,24 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
     monkeypatch.setattr(catalog_module, "_table", [])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE registry_hubmodel")
-    listing = "ORDER BY"  # the page's query (the count's is unordered)
+    # The sample every model, so that "chat" is judged broad whatever the table's length.
+    monkeypatch.setattr(catalog_module, "SAMPLE_BLOCKS", 10**6)
+    listing = "ORDER BY"  # the page's queries (the count's is unordered)
     fetches = {}
     for term in ("9b", "chat"):
         with CaptureQueriesContext(connection) as queries:
             body = client.get("/", {"q": term}).content.decode()
-        (fetches[term],) = [q["sql"] for q in queries.captured_queries if listing in q["sql"]]
+        fetches[term] = [q["sql"] for q in queries.captured_queries if listing in q["sql"]]
         assert ("100+ models" in body) == (term == "chat")
     assert "21 models matching" in client.get("/", {"q": "9b"}).content.decode()
-    assert '"registry_hubmodel"."id" IN (' in fetches["9b"]
-    assert "search_words" not in fetches["9b"] and "LIKE" not in fetches["9b"]
-    assert '"registry_hubmodel"."id" IN (' not in fetches["chat"]
-    assert "LIKE" in fetches["chat"]
+    (rows,) = fetches["9b"]
+    assert '"registry_hubmodel"."id" IN (' in rows
+    assert "search_words" not in rows and "LIKE" not in rows
+    walk, read = fetches["chat"]
+    assert "LIKE" in walk and walk.endswith("LIMIT 101") and " IN (" not in walk
+    assert '"registry_hubmodel"."id" IN (' in read and "LIKE" not in read
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {fetches['9b']}")
+        cursor.execute(f"EXPLAIN {rows}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan Backward" not in plan, plan
 
@@ -325,6 +371,8 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     ) -> tuple[list[str], list[str]]:
         limit = most if sort else None
         monkeypatch.setattr(catalog_module.CappedPaginator, "sort_limit", lambda self, top: limit)
+        # Counted first: not walked to the cap at once, as the search alone would be below.
+        monkeypatch.setattr(catalog_module, "WALK_ALONE_SHARE", 2.0)
         shown, sql = [], []
         for number in range(1, 5):
             paginator = catalog_module.CappedPaginator(query, 30)
@@ -350,14 +398,35 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     walked_after_all, sql = pages(True, most=99)  # more matches than it reads
     assert walked_after_all == expected
     assert sum("MATERIALIZED" in q for q in sql) == 4  # tried, then walked
+    # The search alone, one model in six: walked to the cap at once on its order's covering
+    # index, which is its count; each page's rows read by key, in the same order.
+    monkeypatch.setattr(catalog_module, "WALK_ALONE_SHARE", 1 / 16)
+    # The sample every model: earlier tests' rolled-back rows left the table thousands of
+    # blocks long, and 100 of them might hold none of these 600 (then nothing is walked).
+    monkeypatch.setattr(catalog_module, "SAMPLE_BLOCKS", 10**6)
+    monkeypatch.setattr(catalog_module, "_sample", [])
+    shown, walks = [], []
+    for number in range(1, 5):
+        paginator = catalog_module.CappedPaginator(replace(query, page=str(number)), 30)
+        with CaptureQueriesContext(connection) as queries:
+            page = paginator.get_page(str(number))
+        assert paginator.walked is not None and paginator.capped
+        assert page.has_next() == (number < 4)
+        shown += [row.repo_id for row in page]
+        walks += [q["sql"] for q in queries.captured_queries if "LIKE" in q["sql"]]
+    assert shown == expected
+    assert len(walks) == 4 and all("ORDER BY" in sql and "ctid" not in sql for sql in walks)
+    # To the page asked for: past the cap (20 here) from the first page of 30.
+    assert [sql.rsplit("LIMIT", 1)[1].strip() for sql in walks] == ["31", "61", "91", "121"]
 
 
 def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
     client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The catalog picks the plan from the blocks its count's scan found the keys in: an
-    organisation's 20 models of 6,000 would walk about 3,300 models to fill a page of 10, so
-    they are read by key and sorted; "chat" fills a page at once, and walks."""
+    """With a filter (one every model passes here), the catalog picks the plan from the blocks
+    its count's scan found the keys in: an organisation's 20 models of 6,000 would walk about
+    3,300 models to fill a page of 10, so they are read by key and sorted; "chat" fills a page
+    at once, and walks."""
     if connection.vendor != "postgresql":
         pytest.skip("plans are PostgreSQL's")
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
@@ -371,15 +440,15 @@ def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE registry_hubmodel")
     for term, sorts in (("org-7/", True), ("chat", False)):
-        paginator = catalog_module.CappedPaginator(CatalogQuery(q=term), 10)
-        assert paginator.capped
+        paginator = catalog_module.CappedPaginator(CatalogQuery(q=term, hybrid="no"), 10)
+        assert paginator.capped and paginator.walked is None
         if sorts:
             blocks = [block for _, block in paginator.found]
             table, _ = catalog_module.table_blocks()
             assert 10 <= catalog_module.matches_estimate(blocks, table) <= 40  # type: ignore[arg-type,operator]
         assert (paginator.sort_limit(11) is not None) is sorts, term
         with CaptureQueriesContext(connection) as queries:
-            body = client.get("/", {"q": term}).content.decode()
+            body = client.get("/", {"q": term, "hybrid": "no"}).content.decode()
         assert any("MATERIALIZED" in q["sql"] for q in queries.captured_queries) is sorts
         expected = HubModel.objects.search(term).order_by("-downloads", "repo_id")
         for repo_id in expected.values_list("repo_id", flat=True)[:10]:
@@ -482,7 +551,8 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
     truth and the page tries the sorted read. It reads no more matches than the number where
     the walk becomes cheaper, then walks, and the page is still the catalog's order. The
     process remembers it: the same search's next pages, in any order, walk at once, until
-    the table's size is read again."""
+    the table's size is read again. With a filter (here one every model passes), as a search
+    alone walks its order's covering index at a third of the cost a model (`walked`)."""
     if connection.vendor != "postgresql":
         pytest.skip("the sorted read is PostgreSQL's")
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
@@ -501,7 +571,7 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
     HubModel.objects.bulk_create(rows)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE registry_hubmodel")
-    paginator = catalog_module.CappedPaginator(CatalogQuery(q="okapi"), 10)
+    paginator = catalog_module.CappedPaginator(CatalogQuery(q="okapi", hybrid="no"), 10)
     assert paginator.capped
     table, per_block = catalog_module.table_blocks()
     blocks = [block for _, block in paginator.found if block is not None]
@@ -513,6 +583,7 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
         page = paginator.page(1)
     sorted_reads = [q["sql"] for q in queries.captured_queries if "MATERIALIZED" in q["sql"]]
     assert len(sorted_reads) == 1 and f"LIMIT {most + 1})" in sorted_reads[0]
+    assert not paginator.alone and paginator.walk_ms == catalog_module.WALK_MS_PER_MODEL
     expected = HubModel.objects.search("okapi").order_by("-downloads", "repo_id")
     assert [row.repo_id for row in page] == list(expected.values_list("repo_id", flat=True)[:10])
 
@@ -521,13 +592,13 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
             catalog_module.CappedPaginator(query, 10).page(1)
         return sum("MATERIALIZED" in q["sql"] for q in queries.captured_queries)
 
-    assert sorting_reads(CatalogQuery(q="okapi")) == 0
-    assert sorting_reads(CatalogQuery(q="okapi", sort="name")) == 0
-    assert sorting_reads(CatalogQuery(q="okap")) == 1  # another search, the same rows
-    learned = catalog_module._more_than[CatalogQuery(q="okapi", sort="", page="")]
+    assert sorting_reads(CatalogQuery(q="okapi", hybrid="no")) == 0
+    assert sorting_reads(CatalogQuery(q="okapi", hybrid="no", sort="name")) == 0
+    assert sorting_reads(CatalogQuery(q="okap", hybrid="no")) == 1  # another search, the same rows
+    learned = catalog_module._more_than[CatalogQuery(q="okapi", hybrid="no", sort="", page="")]
     assert learned[1] == most
-    catalog_module._more_than[CatalogQuery(q="okapi", sort="", page="")] = (
+    catalog_module._more_than[CatalogQuery(q="okapi", hybrid="no", sort="", page="")] = (
         learned[0] - catalog_module.TABLE_SECONDS - 1,
         learned[1],
     )
-    assert sorting_reads(CatalogQuery(q="okapi")) == 1  # forgotten: tried again
+    assert sorting_reads(CatalogQuery(q="okapi", hybrid="no")) == 1  # forgotten: tried again
