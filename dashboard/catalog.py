@@ -584,14 +584,21 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     to 7 ms for the same count unordered)."""
 
     def __init__(self, query: CatalogQuery, per_page: int):
-        super().__init__(query.models(), per_page)
+        super().__init__((), per_page)
+        del self.object_list  # built when first read (`object_list`)
         self.query = query
+
+    @cached_property
+    def object_list(self) -> QuerySet[HubModel]:  # type: ignore[override]
+        """`query.models()`, built only where a page reads it: a search walked alone
+        (`walked`) never does (building it cost about 0.2 ms)."""
+        return self.query.models()
 
     @cached_property
     def found(self) -> list[tuple[int, int | None]]:
         """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order, each with
         its heap block (PostgreSQL only; None elsewhere)."""
-        rows = cast("QuerySet[HubModel]", self.object_list).order_by()
+        rows = self.object_list.order_by()
         if connection.vendor == "postgresql":
             return list(rows.values_list("pk", BLOCK)[: COUNT_CAP + 1])
         return [(pk, None) for pk in rows.values_list("pk", flat=True)[: COUNT_CAP + 1]]
@@ -677,7 +684,13 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         top = bottom + self.per_page + 1
         table, per_block = table_blocks()
         models = table * per_block
-        most = min(SORT_CAP, int(break_even(top, models, self.walk_ms)))
+        # Against the walk through the table, even for a search alone: a search this call
+        # lets go is counted first, and that count (the trigram index's lists again, 2 to 5
+        # ms for a few hundred matches at 100,000 models) comes on top of the walk, so the
+        # sorted read stays the cheaper up to about as many matches as before the walk got
+        # its covering index (with the index-only walk's cost, "a dataset tag", 506 matches,
+        # was counted first in one benchmark run, 18.8 ms against 13.7).
+        most = min(SORT_CAP, int(break_even(top, models)))
         if most <= COUNT_CAP or not looks_rare(self.terms, most, models):
             return None
         matches, keys = self._sorted_keys(bottom, top, most)
@@ -793,7 +806,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         way each page was read. Sorting joined to the verdicts, 500 matches were a hash join
         over every verdict (23 ms), and asked as one sorted query PostgreSQL may walk the
         downloads index after all."""
-        rows = cast("QuerySet[HubModel]", self.object_list).order_by()
+        rows = self.object_list.order_by()
         columns = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
         matches = rows.values_list(*columns)[: most + 1]
         sql, params = matches.query.sql_with_params()
