@@ -349,13 +349,13 @@ class HubModel(models.Model):
         indexes = [
             # A base page lists the models whose card names it (`base_model__iexact`).
             models.Index(Upper("base_model"), name="hubmodel_base_model_upper"),
-            # A card's base, a pasted repo id and an API path are found case-insensitively
-            # (`repo_id__iexact`) through the catalog's name order's index, whose key starts
-            # with upper(repo_id) (registry migration 0019; 0014's own index before it):
-            # without one, a sequential scan (74 ms at 100,000 models) on every derivative's
-            # sync and every derivative's model page.
             # The catalog's author filter takes a name in any case (`author__iexact`).
             models.Index(Upper("author"), name="hubmodel_author_upper"),
+            # None here for a card's base, a pasted repo id and an API path, found
+            # case-insensitively (`repo_id__iexact`): on PostgreSQL the catalog's name order's
+            # index serves them, its key starting with upper(repo_id) (registry migration
+            # 0019; 0014's own index before it). Without one, a sequential scan (74 ms at
+            # 100,000 models) on every derivative's sync and every derivative's model page.
         ]
 
     def __str__(self) -> str:
