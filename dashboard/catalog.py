@@ -689,7 +689,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         # ms for a few hundred matches at 100,000 models) comes on top of the walk, so the
         # sorted read stays the cheaper up to about as many matches as before the walk got
         # its covering index (with the index-only walk's cost, "a dataset tag", 506 matches,
-        # was counted first in one benchmark run, 18.8 ms against 13.7).
+        # was counted first in one benchmark run: 13.9x the trivial view after a sync, where
+        # the code before measured 10.3x).
         most = min(SORT_CAP, int(break_even(top, models)))
         if most <= COUNT_CAP or not looks_rare(self.terms, most, models):
             return None
