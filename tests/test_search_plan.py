@@ -476,7 +476,8 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     assert catalog_module.search_sample().models == 6002
 
     def rare(q: str, most: int) -> bool:
-        return catalog_module.looks_rare([t for t, _ in search_terms(q)], most, 6000)
+        share = catalog_module.sampled_share([t for t, _ in search_terms(q)])
+        return catalog_module.looks_rare(share, most, 6000)
 
     # 20 of 6,002 in the sample: read as (20 + 1) / 6,004 of the 6,000 models, 20.99.
     assert rare("org-7/", 21)
@@ -512,7 +513,7 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
 
     # The sample can miss a broad search: it sorts no more than it may, then walks.
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 10)
-    monkeypatch.setattr(catalog_module, "looks_rare", lambda terms, most, models: True)
+    monkeypatch.setattr(catalog_module, "looks_rare", lambda share, most, models: True)
     paginator = catalog_module.CappedPaginator(CatalogQuery(q="chat"), 10)
     assert paginator.capped and paginator.rare is not None
     assert paginator.rare.matches == paginator.rare.most + 1
