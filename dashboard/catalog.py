@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -13,7 +14,7 @@ from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import BigIntegerField, F, Q, QuerySet
+from django.db.models import BigIntegerField, BooleanField, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Upper
@@ -24,6 +25,7 @@ from checks.clients import PROFILES
 from checks.reuse import CACHE_CLASS_LABELS
 from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS, Setup
 from registry.models import (
+    SEARCH_TERMS,
     Drift,
     HubModel,
     ModelFormat,
@@ -228,8 +230,11 @@ class CatalogQuery:
 
     def keys_in_order(self) -> QuerySet[HubModel, int]:
         """The matching models' keys in the catalog's order: for a search alone, what its
-        order's covering index (registry migration 0019) answers without reading the table."""
-        return self._matching().order_by(*SORTS[self.sort]).values_list("pk", flat=True)
+        order's covering index (registry migration 0019) answers without reading the table.
+        A walk tests each model it meets, so each term is found as a scan finds it
+        (`HubModelQuerySet.search`'s `scanned`)."""
+        walk = self._matching(scanned=True)
+        return walk.order_by(*SORTS[self.sort]).values_list("pk", flat=True)
 
     def by_keys(self, keys: list[int]) -> QuerySet[HubModel]:
         """The models with these keys as `models()` lists them: the same columns and order, no
@@ -237,33 +242,56 @@ class CatalogQuery:
         their key instead of searching again."""
         return self._listed(HubModel.objects.filter(pk__in=keys))
 
-    def _setup_verdict(self) -> KeyTextTransform:
-        """The verdict for the reader's setup, from the catalog row's per-setup verdicts."""
+    def rows_by_key(self, keys: list[int], bottom: int = 0, top: int | None = None) -> list[Any]:
+        """The values of `columns` for rows `bottom` to `top` of `by_keys(keys)`, as tuples.
+        On PostgreSQL from the statement kept for this query's order and setup
+        (`keyed_statement`), the keys one array: the ORM built, compiled and bound the query
+        again for each page, with a parameter a key (docs/dashboard.md, "Statements kept by
+        shape")."""
+        if connection.vendor != "postgresql":
+            return list(self.by_keys(keys).values_list(*self.columns)[bottom:top])
+        statement = keyed_statement(self.sort, self.setup_path if self.setup_active else None)
+        limit = len(keys) if top is None else top - bottom
+        return read_kept(statement, {KEYS: keys}, bottom, limit)
+
+    def walk(self, bottom: int, top: int) -> list[int]:
+        """Keys `bottom` to `top` of `keys_in_order()`: for a search whose terms are all
+        tested on the text (none a word), on PostgreSQL, from the statement kept for its order
+        and number of terms (`walk_statement`)."""
+        terms = search_terms(self.q)
+        kept = connection.vendor == "postgresql" and self.searched_alone
+        if not kept or not terms or any(word for _, word in terms):
+            return list(self.keys_in_order()[bottom:top])
+        statement = walk_statement(self.sort, len(terms))
+        marks = dict(zip(TERMS, (term for term, _ in terms), strict=False))
+        return [pk for (pk,) in read_kept(statement, marks, bottom, top - bottom)]
+
+    @property
+    def searched_alone(self) -> bool:
+        """Its search and no filter (whatever its order and page)."""
+        return replace(self, sort="", page="") == CatalogQuery(q=self.q, sort="", page="")
+
+    @property
+    def setup_path(self) -> tuple[str, str, str]:
+        """Where the reader's setup's verdict sits in a catalog row's per-setup verdicts
+        (`CatalogVerdict.setups`): client, thinking setting, engine."""
         thinking = self.thinking if self.thinking in SETUP_THINKING else THINKING_DEFAULT
-        path = KeyTransform(
-            self.client or "typical",
-            KeyTransform(thinking, "catalog_verdict__setups"),
-        )
-        return KeyTextTransform(self.engine or "trimmable", path)
+        return (self.client or "typical", thinking, self.engine or "trimmable")
 
     def _listed(self, models: QuerySet[HubModel]) -> QuerySet[HubModel]:
-        if self.setup_active:
-            models = models.annotate(setup_verdict=self._setup_verdict())
-        return (
-            models.select_related("catalog_verdict").only(*LIST_FIELDS).order_by(*SORTS[self.sort])
-        )
+        return listed(models, self.sort, self.setup_path if self.setup_active else None)
 
-    def _matching(self) -> QuerySet[HubModel]:
+    def _matching(self, scanned: bool = False) -> QuerySet[HubModel]:
         # Repo id, family, tags, model type; the author is the repo id's first part.
         # A repo the Hub never had is not listed: anyone may ask to track a name, and a
         # misspelt or made-up one would sit in the catalog for good. Its page still says what
         # the Hub answered; one that was there and vanished keeps its row and its history.
-        models = HubModel.objects.search(self.q).exclude(
+        models = HubModel.objects.search(self.q, scanned=scanned).exclude(
             status=ModelStatus.MISSING, current_snapshot__isnull=True
         )
         if self.setup_active:
             if self.verdict:
-                models = models.filter(Exact(self._setup_verdict(), self.verdict))
+                models = models.filter(Exact(setup_verdict(self.setup_path), self.verdict))
         elif self.verdict:
             models = models.filter(verdict=self.verdict)
         if self.thinking in SETUP_THINKING:
@@ -353,6 +381,73 @@ class CatalogQuery:
             or self.setup_active
             or self.sort == "reuse"
         )
+
+
+def setup_verdict(path: tuple[str, str, str]) -> KeyTextTransform:
+    """The verdict at `path` (`CatalogQuery.setup_path`) of a catalog row's per-setup
+    verdicts."""
+    client, thinking, engine = path
+    inner = KeyTransform(client, KeyTransform(thinking, "catalog_verdict__setups"))
+    return KeyTextTransform(engine, inner)
+
+
+def listed(
+    models: QuerySet[HubModel], sort: str, setup: tuple[str, str, str] | None
+) -> QuerySet[HubModel]:
+    """`models` as the catalog lists them: `LIST_FIELDS` (and the verdict at `setup`, when a
+    setup is chosen), the verdicts' row joined, in `sort`'s order."""
+    if setup is not None:
+        models = models.annotate(setup_verdict=setup_verdict(setup))
+    return models.select_related("catalog_verdict").only(*LIST_FIELDS).order_by(*SORTS[sort])
+
+
+#: Where a kept statement (`keyed_statement`, `walk_statement`) takes its values: marks among
+#: its parameters, each replaced by its value when it runs (`read_kept`). From Unicode's private
+#: use area, so no search term is one (a term as `search_terms` writes it stays one).
+KEYS = "\ue000keys"
+TERMS = tuple(f"\ue000{i}" for i in range(SEARCH_TERMS))
+#: The most statements a process keeps of each kind: more than there are shapes.
+KEPT_STATEMENTS = 1024
+
+
+@functools.lru_cache(maxsize=KEPT_STATEMENTS)
+def keyed_statement(sort: str, setup: tuple[str, str, str] | None) -> tuple[str, tuple[Any, ...]]:
+    """The SQL that reads the rows of some keys as the catalog lists them in `sort`'s order
+    (with the verdict at `setup`), and its parameters, `KEYS` where the keys go (one array).
+    The shapes are few (four orders, and each setup of the few clients, thinking settings and
+    engines: at most a few hundred); a search term is not part of one, so a new search reads
+    its rows by a statement already kept. PostgreSQL only (`= ANY` of an array)."""
+    where = RawSQL(
+        f'"{HubModel._meta.db_table}"."id" = ANY(%s)', (KEYS,), output_field=BooleanField()
+    )
+    columns = (*LIST_FIELDS, "setup_verdict") if setup is not None else LIST_FIELDS
+    rows = listed(HubModel.objects.filter(where), sort, setup).values_list(*columns)
+    sql, params = rows.query.sql_with_params()
+    return sql, tuple(params)
+
+
+@functools.lru_cache(maxsize=KEPT_STATEMENTS)
+def walk_statement(sort: str, terms: int) -> tuple[str, tuple[Any, ...]]:
+    """The SQL of `CatalogQuery.keys_in_order` for a search alone of `terms` terms in `sort`'s
+    order, and its parameters, `TERMS` where the terms go: the same statement for every
+    search of that many terms."""
+    keys = CatalogQuery(q=" ".join(TERMS[:terms]), sort=sort).keys_in_order()
+    sql, params = keys.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def read_kept(
+    statement: tuple[str, tuple[Any, ...]], values: dict[str, Any], offset: int, limit: int
+) -> list[tuple[Any, ...]]:
+    """The rows of a kept statement with `values` in place of its marks (`KEYS`, `TERMS`),
+    `limit` of them from row `offset`: the ORM built, compiled and bound the query again for
+    each page (0.6 to 0.8 ms for the rows of a page of 50, and 1.7 ms in all with a
+    parameter a key, at 100,000 models in one process)."""
+    sql, params = statement
+    bound = [values.get(param, param) if isinstance(param, str) else param for param in params]
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} LIMIT %s OFFSET %s", [*bound, max(limit, 0), offset])
+        return list(cursor.fetchall())
 
 
 def models_using(version: TemplateVersion, limit: int = 200) -> QuerySet[HubModel]:
@@ -636,9 +731,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def alone(self) -> bool:
         """A search alone: `terms`, and no filter. Its order's covering index (registry
         migration 0019) holds all it tests, so its walk reads keys and no row."""
-        return self.terms is not None and self.matching == CatalogQuery(
-            q=self.query.q, sort="", page=""
-        )
+        return self.terms is not None and self.query.searched_alone
 
     @property
     def walk_ms(self) -> float:
@@ -656,7 +749,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             return None
         if self.share is None or self.share < WALK_ALONE_SHARE:
             return None
-        return list(self.query.keys_in_order()[: self._walk_limit()])
+        return self.query.walk(0, self._walk_limit())
 
     def _walk_limit(self) -> int:
         """How far `walked` reads: the count's cap, or the page asked for when past it."""
@@ -734,8 +827,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         elif not self.keys:
             return Page([], number, self)  # nothing to read, nor a query to build
         else:
-            rows = self.query.by_keys(self.keys)
-            return Page(self._rows(rows, bottom, bottom + self.per_page), number, self)
+            shown = self._keyed_rows(self.keys, bottom, bottom + self.per_page)
+            return Page(shown, number, self)
         if shown is None and self.alone:  # the keys from the order's covering index
             shown = self._keyed_rows(self._walk_keys(bottom, top))
         elif shown is None:
@@ -785,7 +878,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     def _walk_keys(self, bottom: int, top: int) -> list[int]:
         """Keys `bottom` to `top` of a search alone, walked in the page's order."""
-        return list(self.query.keys_in_order()[bottom:top])
+        return self.query.walk(bottom, top)
 
     @property
     def matching(self) -> CatalogQuery:
@@ -829,9 +922,13 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             count, keys = cursor.fetchone()
         return int(count), list(keys)
 
-    def _keyed_rows(self, keys: list[int]) -> list[CatalogRow]:
-        """The rows of these keys, in the page's order (no query for none)."""
-        return self._rows(self.query.by_keys(keys), 0, len(keys)) if keys else []
+    def _keyed_rows(
+        self, keys: list[int], bottom: int = 0, top: int | None = None
+    ) -> list[CatalogRow]:
+        """Rows `bottom` to `top` of these keys, in the page's order (no query for none)."""
+        if not keys:
+            return []
+        return [CatalogRow.of(row) for row in self.query.rows_by_key(keys, bottom, top)]
 
     def _rows(self, models: Any, bottom: int, top: int) -> list[CatalogRow]:
         values = models.values_list(*self.query.columns)[bottom:top]

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from dashboard import catalog as catalog_module
-from dashboard.catalog import CatalogQuery
-from registry.models import HubModel, ProbeStatus, search_terms
+from dashboard.catalog import LIST_FIELDS, CatalogQuery
+from registry.models import CatalogVerdict, HubModel, ProbeStatus, search_terms
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +78,11 @@ def test_a_term_with_separators_matches_those_separators_only() -> None:
     )
 
     def found(q: str) -> set[str]:
-        return set(HubModel.objects.search(q).values_list("repo_id", flat=True))
+        matches = set(HubModel.objects.search(q).values_list("repo_id", flat=True))
+        # A walk finds each term as a scan does (`strpos`): the same models.
+        scanned = HubModel.objects.search(q, scanned=True).values_list("repo_id", flat=True)
+        assert set(scanned) == matches, q
+        return matches
 
     assert found("org-42") == {"org-42/Qwen2.5-7B"}
     assert found("ORG_42") == {"org_42/qwen2-5-7b"}
@@ -87,6 +91,13 @@ def test_a_term_with_separators_matches_those_separators_only() -> None:
     assert found("42/") == {"org-42/Qwen2.5-7B", "org_42/qwen2-5-7b", "org.42/other"}
     assert found("orgƀ42") == {"org.42/other"}  # the letter is not a separator's stand-in
     assert found("2-5-7b 42/q") == {"org_42/qwen2-5-7b"}
+    # `LIKE`'s wildcards and escape are plain characters in a term, either way.
+    HubModel.objects.create(repo_id="org-9/a_b-50%", author="org-9", tags=["back\\slash"])
+    assert found("a_b") == {"org-9/a_b-50%"}
+    assert found("50%") == {"org-9/a_b-50%"}
+    assert found("%") == {"org-9/a_b-50%"}
+    assert found("k\\") == {"org-9/a_b-50%"}  # a backslash (JSON writes it twice)
+    assert found("q%n") == found("2_5") == set()
 
 
 def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,10 +170,11 @@ def test_a_broad_search_counts_up_to_the_cap(
     with CaptureQueriesContext(connection) as queries:
         body = client.get("/", {"q": "chat"}).content.decode()
     assert "10+ models matching" in body
-    searches = [q["sql"] for q in queries.captured_queries if "LIKE" in q["sql"].upper()]
+    sql = [q["sql"] for q in queries.captured_queries]
+    searches = [q for q in sql if "LIKE" in q.upper() or "STRPOS" in q]
     if connection.vendor == "postgresql":
         (walk,) = searches
-        assert "ORDER BY" in walk and walk.endswith("LIMIT 51"), walk
+        assert "ORDER BY" in walk and walk.endswith("LIMIT 51 OFFSET 0"), walk
     else:
         assert any(sql.upper().endswith("LIMIT 11") for sql in searches), searches
 
@@ -238,6 +250,33 @@ def test_a_search_alone_walks_its_orders_index_without_the_table(order: str, ind
     assert "Sort" not in plan and "search_text" in plan, plan
 
 
+@pytest.mark.parametrize("order", sorted(catalog_module.SORTS))
+def test_a_walk_reads_the_statement_kept_for_its_shape(order: str) -> None:
+    """A search alone walks its order by the statement kept for its order and number of terms
+    (`walk_statement`): the keys `keys_in_order()` reads, for any terms (`LIKE`'s wildcards
+    among them) and any slice; a search of as many other terms runs the same statement, and a
+    filtered one is walked by the ORM's own query."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the kept statements are PostgreSQL's")
+    mixed_catalog()
+    HubModel.objects.create(repo_id="org-9/qwen_x-50%", author="org-9", downloads=3)
+    catalog_module.walk_statement.cache_clear()
+    for q in ("qwen", "org-1", "qwen_x", "50%", "ORG qwen-1", "nothing"):
+        query = CatalogQuery(q=q, sort=order)
+        keys = list(query.keys_in_order())
+        assert query.walk(0, 1000) == keys, q
+        assert query.walk(7, 19) == keys[7:19], q
+    assert CatalogQuery(q="50%", sort=order).walk(0, 5) == [
+        HubModel.objects.get(repo_id="org-9/qwen_x-50%").pk
+    ]
+    assert catalog_module.walk_statement.cache_info().misses == 2  # one term, two terms
+    filtered = CatalogQuery(q="qwen", sort=order, hybrid="yes")
+    with CaptureQueriesContext(connection) as queries:
+        assert filtered.walk(0, 10) == []
+    assert catalog_module.walk_statement.cache_info().misses == 2
+    assert "is_hybrid" in queries.captured_queries[0]["sql"]
+
+
 def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the word index exists on PostgreSQL only")
@@ -304,11 +343,11 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
         assert ("100+ models" in body) == (term == "chat")
     assert "21 models matching" in client.get("/", {"q": "9b"}).content.decode()
     (rows,) = fetches["9b"]
-    assert '"registry_hubmodel"."id" IN (' in rows
+    assert '"registry_hubmodel"."id" = ANY(' in rows
     assert "search_words" not in rows and "LIKE" not in rows
     walk, read = fetches["chat"]
-    assert "LIKE" in walk and walk.endswith("LIMIT 101") and " IN (" not in walk
-    assert '"registry_hubmodel"."id" IN (' in read and "LIKE" not in read
+    assert "STRPOS" in walk and walk.endswith("LIMIT 101 OFFSET 0") and "ANY(" not in walk
+    assert '"registry_hubmodel"."id" = ANY(' in read and "LIKE" not in read
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN {rows}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
@@ -347,6 +386,50 @@ def mixed_catalog() -> None:
         )
         for i in range(600)
     )
+
+
+@pytest.mark.parametrize("order", sorted(catalog_module.SORTS))
+def test_rows_read_by_key_are_the_rows_the_orm_reads(order: str) -> None:
+    """A page's rows read by key from the statement kept for its shape (`keyed_statement`:
+    the keys one array) are the rows, values and order the ORM's query for those keys reads,
+    with a reader's setup and without, for models with a catalog row and without one, whole
+    and sliced; and a new search term reads them with the statement already kept."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the kept statement is PostgreSQL's (= ANY of an array)")
+    mixed_catalog()
+    models = list(HubModel.objects.order_by("pk"))
+    CatalogVerdict.objects.bulk_create(
+        CatalogVerdict(
+            model=model,
+            thinking_on="safe" if i % 2 else "unsafe",
+            probe=ProbeStatus.NONE,
+            setups={"off": {"reasoning_content": {"block": ["safe", "unsafe"][i % 2]}}},
+        )
+        for i, model in enumerate(models)
+        if i % 3  # a third without a catalog row yet
+    )
+    keys = [model.pk for model in models[::-1]]  # no order of their own
+    catalog_module.keyed_statement.cache_clear()
+    for query in (
+        CatalogQuery(q="qwen", sort=order),
+        CatalogQuery(
+            q="org-3", sort=order, client="reasoning_content", engine="block", thinking="off"
+        ),
+    ):
+        read = query.rows_by_key(keys)
+        assert read == list(query.by_keys(keys).values_list(*query.columns))
+        assert len(read) == len(keys)
+        assert query.rows_by_key(keys, 30, 80) == read[30:80]
+        assert query.rows_by_key(keys[:3], 5, 10) == []
+    verdicts = [row[-1] for row in read]
+    assert verdicts.count("safe") and verdicts.count("unsafe") and verdicts.count(None)
+    statements = catalog_module.keyed_statement.cache_info()
+    assert (statements.misses, statements.currsize) == (2, 2)
+    expected = list(CatalogQuery(sort=order).by_keys(keys[:2]).values_list(*LIST_FIELDS))
+    with CaptureQueriesContext(connection) as queries:
+        assert CatalogQuery(q="other", sort=order).rows_by_key(keys[:2]) == expected
+    assert catalog_module.keyed_statement.cache_info().misses == 2
+    assert "= ANY(" in queries.captured_queries[0]["sql"]
 
 
 @pytest.mark.parametrize("order", sorted(catalog_module.SORTED_READ))
@@ -413,11 +496,12 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
         assert paginator.walked is not None and paginator.capped
         assert page.has_next() == (number < 4)
         shown += [row.repo_id for row in page]
-        walks += [q["sql"] for q in queries.captured_queries if "LIKE" in q["sql"]]
+        walks += [q["sql"] for q in queries.captured_queries if "STRPOS" in q["sql"]]
     assert shown == expected
     assert len(walks) == 4 and all("ORDER BY" in sql and "ctid" not in sql for sql in walks)
     # To the page asked for: past the cap (20 here) from the first page of 30.
-    assert [sql.rsplit("LIMIT", 1)[1].strip() for sql in walks] == ["31", "61", "91", "121"]
+    limits = [sql.rsplit("LIMIT", 1)[1].split() for sql in walks]
+    assert limits == [[str(n), "OFFSET", "0"] for n in (31, 61, 91, 121)]
 
 
 def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(

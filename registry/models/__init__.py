@@ -5,6 +5,7 @@ from __future__ import annotations
 from .catalog import (
     REPO_ID_INPUT_PATTERN,
     REPO_ID_RE,
+    SEARCH_TERMS,
     DiscoveryRun,
     Drift,
     HubModel,
@@ -66,6 +67,7 @@ __all__ = [
     "Watch",
     "WatchKind",
     "WatchQuerySet",
+    "SEARCH_TERMS",
     "search_terms",
     "validate_repo_id",
 ]
