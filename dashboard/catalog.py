@@ -251,25 +251,8 @@ class CatalogQuery:
         if connection.vendor != "postgresql":
             return list(self.by_keys(keys).values_list(*self.columns)[bottom:top])
         statement = keyed_statement(self.sort, self.setup_path if self.setup_active else None)
-        limit = len(keys) if top is None else top - bottom
-        return read_kept(statement, {KEYS: keys}, bottom, limit)
-
-    def walk(self, bottom: int, top: int) -> list[int]:
-        """Keys `bottom` to `top` of `keys_in_order()`: for a search whose terms are all
-        tested on the text (none a word), on PostgreSQL, from the statement kept for its order
-        and number of terms (`walk_statement`)."""
-        terms = search_terms(self.q)
-        kept = connection.vendor == "postgresql" and self.searched_alone
-        if not kept or not terms or any(word for _, word in terms):
-            return list(self.keys_in_order()[bottom:top])
-        statement = walk_statement(self.sort, len(terms))
-        marks = dict(zip(TERMS, (term for term, _ in terms), strict=False))
-        return [pk for (pk,) in read_kept(statement, marks, bottom, top - bottom)]
-
-    @property
-    def searched_alone(self) -> bool:
-        """Its search and no filter (whatever its order and page)."""
-        return replace(self, sort="", page="") == CatalogQuery(q=self.q, sort="", page="")
+        limit = len(keys) if top is None else max(top - bottom, 0)
+        return read_kept(statement, {KEYS: keys}, limit, bottom)
 
     @property
     def setup_path(self) -> tuple[str, str, str]:
@@ -401,52 +384,91 @@ def listed(
     return models.select_related("catalog_verdict").only(*LIST_FIELDS).order_by(*SORTS[sort])
 
 
-#: Where a kept statement (`keyed_statement`, `walk_statement`) takes its values: marks among
-#: its parameters, each replaced by its value when it runs (`read_kept`). From Unicode's private
-#: use area, so no search term is one (a term as `search_terms` writes it stays one).
+#: Where a kept statement (`keyed_statement`, `search_statement`) takes its values: marks
+#: among its parameters, each replaced by its value when it runs (`read_kept`). From Unicode's
+#: private use area, so that no search term is one (`search_terms` leaves them as they are).
 KEYS = "\ue000keys"
 TERMS = tuple(f"\ue000{i}" for i in range(SEARCH_TERMS))
 #: The most statements a process keeps of each kind: more than there are shapes.
 KEPT_STATEMENTS = 1024
+#: What a sorted read reads of each match (`sorted_read`).
+SORTED_COLUMNS = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
 
 
 @functools.lru_cache(maxsize=KEPT_STATEMENTS)
 def keyed_statement(sort: str, setup: tuple[str, str, str] | None) -> tuple[str, tuple[Any, ...]]:
     """The SQL that reads the rows of some keys as the catalog lists them in `sort`'s order
-    (with the verdict at `setup`), and its parameters, `KEYS` where the keys go (one array).
-    The shapes are few (four orders, and each setup of the few clients, thinking settings and
-    engines: at most a few hundred); a search term is not part of one, so a new search reads
-    its rows by a statement already kept. PostgreSQL only (`= ANY` of an array)."""
+    (with the verdict at `setup`), and its parameters: `KEYS` where the keys go (one array),
+    then a limit and an offset. The shapes are few (four orders, and each setup of the few
+    clients, thinking settings and engines: at most a few hundred); a search term is not part
+    of one, so a new search reads its rows by a statement already kept. PostgreSQL only
+    (`= ANY` of an array)."""
     where = RawSQL(
         f'"{HubModel._meta.db_table}"."id" = ANY(%s)', (KEYS,), output_field=BooleanField()
     )
     columns = (*LIST_FIELDS, "setup_verdict") if setup is not None else LIST_FIELDS
     rows = listed(HubModel.objects.filter(where), sort, setup).values_list(*columns)
     sql, params = rows.query.sql_with_params()
-    return sql, tuple(params)
+    return f"{sql} LIMIT %s OFFSET %s", tuple(params)
 
 
 @functools.lru_cache(maxsize=KEPT_STATEMENTS)
-def walk_statement(sort: str, terms: int) -> tuple[str, tuple[Any, ...]]:
-    """The SQL of `CatalogQuery.keys_in_order` for a search alone of `terms` terms in `sort`'s
-    order, and its parameters, `TERMS` where the terms go: the same statement for every
-    search of that many terms."""
-    keys = CatalogQuery(q=" ".join(TERMS[:terms]), sort=sort).keys_in_order()
-    sql, params = keys.query.sql_with_params()
-    return sql, tuple(params)
+def search_statement(read: str, sort: str, terms: int) -> tuple[str, tuple[Any, ...]]:
+    """The SQL of one of the reads of a search alone (`CappedPaginator.alone`) of `terms`
+    terms in `sort`'s order, and its parameters, `TERMS` where the terms go
+    (`term_values`): the same statement for every search of that many terms.
+
+    - "walk": its keys in order (`CatalogQuery.keys_in_order`), then a limit and an offset;
+    - "found": the keys of its first matches in no order, each with its block
+      (`CappedPaginator.found`), then a limit;
+    - "sorted": the sorted read (`sorted_read`) of its matches."""
+    query = CatalogQuery(q=" ".join(TERMS[:terms]), sort=sort)
+    if read == "walk":
+        sql, params = query.keys_in_order().query.sql_with_params()
+        return f"{sql} LIMIT %s OFFSET %s", tuple(params)
+    matches = query.models().order_by()
+    if read == "found":
+        sql, params = matches.values_list("pk", BLOCK).query.sql_with_params()
+        return f"{sql} LIMIT %s", tuple(params)
+    sql, params = matches.values_list(*SORTED_COLUMNS).query.sql_with_params()
+    return sorted_read(sql, sort), tuple(params)
+
+
+def sorted_read(matches: str, sort: str) -> str:
+    """A sorted read of the rows of `matches` (each match's `SORTED_COLUMNS`, in no order):
+    they are read into a materialized set, up to a limit (its first parameter after those of
+    `matches`), counted and sorted in `sort`'s order, and the keys of one page of them
+    returned (its last two: the page's size and offset)."""
+    return (
+        f"WITH found ({', '.join(SORTED_COLUMNS)}) AS MATERIALIZED ({matches} LIMIT %s) "
+        "SELECT (SELECT count(*) FROM found), ARRAY(SELECT pk FROM found "
+        f"ORDER BY {SORTED_READ[sort]} LIMIT %s OFFSET %s)"
+    )
+
+
+def term_values(terms: list[str]) -> dict[str, str]:
+    """What each mark of `TERMS` stands for in a search's kept statements: its term, as a
+    walk finds it (`strpos`), and as the trigram index finds it (`LIKE '%term%'`, the term's
+    own `%`, `_` and backslash escaped as the ORM escapes them)."""
+    like = connection.ops.prep_for_like_query
+    values = {}
+    for mark, term in zip(TERMS, terms, strict=False):
+        values[mark] = term
+        values[f"%{mark}%"] = f"%{like(term)}%"
+    return values
 
 
 def read_kept(
-    statement: tuple[str, tuple[Any, ...]], values: dict[str, Any], offset: int, limit: int
+    statement: tuple[str, tuple[Any, ...]], values: dict[str, Any], *tail: int
 ) -> list[tuple[Any, ...]]:
-    """The rows of a kept statement with `values` in place of its marks (`KEYS`, `TERMS`),
-    `limit` of them from row `offset`: the ORM built, compiled and bound the query again for
-    each page (0.6 to 0.8 ms for the rows of a page of 50, and 1.7 ms in all with a
-    parameter a key, at 100,000 models in one process)."""
+    """The rows of a kept statement (`keyed_statement`, `search_statement`) with `values` in
+    place of its marks and `tail` after its parameters: the ORM built, compiled and bound each
+    query again for each page (0.6 to 0.8 ms for a page's rows at 100,000 models in one
+    process, and 1.7 ms in all with a parameter a key)."""
     sql, params = statement
     bound = [values.get(param, param) if isinstance(param, str) else param for param in params]
     with connection.cursor() as cursor:
-        cursor.execute(f"{sql} LIMIT %s OFFSET %s", [*bound, max(limit, 0), offset])
+        cursor.execute(sql, [*bound, *tail])
         return list(cursor.fetchall())
 
 
@@ -692,6 +714,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def found(self) -> list[tuple[int, int | None]]:
         """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order, each with
         its heap block (PostgreSQL only; None elsewhere)."""
+        if self.alone:  # on PostgreSQL
+            return [(pk, block) for pk, block in self._read_alone("found", COUNT_CAP + 1)]
         rows = self.object_list.order_by()
         if connection.vendor == "postgresql":
             return list(rows.values_list("pk", BLOCK)[: COUNT_CAP + 1])
@@ -731,7 +755,17 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def alone(self) -> bool:
         """A search alone: `terms`, and no filter. Its order's covering index (registry
         migration 0019) holds all it tests, so its walk reads keys and no row."""
-        return self.terms is not None and self.query.searched_alone
+        return self.terms is not None and self.matching == CatalogQuery(
+            q=self.query.q, sort="", page=""
+        )
+
+    def _read_alone(self, read: str, *tail: int) -> list[tuple[Any, ...]]:
+        """The rows of `read` for a search alone, by the statement kept for its shape
+        (`search_statement`), with `tail` after its parameters."""
+        if not self.alone or self.terms is None:
+            raise ValueError(f"{self.query.q!r} with a filter has no kept statement")
+        statement = search_statement(read, self.query.sort, len(self.terms))
+        return read_kept(statement, term_values(self.terms), *tail)
 
     @property
     def walk_ms(self) -> float:
@@ -749,7 +783,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             return None
         if self.share is None or self.share < WALK_ALONE_SHARE:
             return None
-        return self.query.walk(0, self._walk_limit())
+        return [pk for (pk,) in self._read_alone("walk", self._walk_limit(), 0)]
 
     def _walk_limit(self) -> int:
         """How far `walked` reads: the count's cap, or the page asked for when past it."""
@@ -878,7 +912,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     def _walk_keys(self, bottom: int, top: int) -> list[int]:
         """Keys `bottom` to `top` of a search alone, walked in the page's order."""
-        return self.query.walk(bottom, top)
+        return [pk for (pk,) in self._read_alone("walk", top - bottom, bottom)]
 
     @property
     def matching(self) -> CatalogQuery:
@@ -908,17 +942,14 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         way each page was read. Sorting joined to the verdicts, 500 matches were a hash join
         over every verdict (23 ms), and asked as one sorted query PostgreSQL may walk the
         downloads index after all."""
-        rows = self.object_list.order_by()
-        columns = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
-        matches = rows.values_list(*columns)[: most + 1]
+        tail = (most + 1, top - bottom, bottom)
+        if self.alone:
+            ((count, keys),) = self._read_alone("sorted", *tail)
+            return int(count), list(keys)
+        matches = self.object_list.order_by().values_list(*SORTED_COLUMNS)
         sql, params = matches.query.sql_with_params()
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"WITH found ({', '.join(columns)}) AS MATERIALIZED ({sql}) "
-                "SELECT (SELECT count(*) FROM found), ARRAY(SELECT pk FROM found "
-                f"ORDER BY {SORTED_READ[self.query.sort]} LIMIT %s OFFSET %s)",
-                (*params, top - bottom, bottom),
-            )
+            cursor.execute(sorted_read(sql, self.query.sort), (*params, *tail))
             count, keys = cursor.fetchone()
         return int(count), list(keys)
 

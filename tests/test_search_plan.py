@@ -250,31 +250,41 @@ def test_a_search_alone_walks_its_orders_index_without_the_table(order: str, ind
     assert "Sort" not in plan and "search_text" in plan, plan
 
 
-@pytest.mark.parametrize("order", sorted(catalog_module.SORTS))
-def test_a_walk_reads_the_statement_kept_for_its_shape(order: str) -> None:
-    """A search alone walks its order by the statement kept for its order and number of terms
-    (`walk_statement`): the keys `keys_in_order()` reads, for any terms (`LIKE`'s wildcards
-    among them) and any slice; a search of as many other terms runs the same statement, and a
-    filtered one is walked by the ORM's own query."""
+@pytest.mark.parametrize("order", sorted(catalog_module.SORTED_READ))
+def test_a_search_alone_reads_the_statements_kept_for_its_shape(order: str) -> None:
+    """A search alone runs statements kept for its order and number of terms
+    (`search_statement`): its walk, its first keys and its sorted read each give what the
+    ORM's query of that search gives, for any terms (`LIKE`'s wildcards and escape among
+    them); a search of as many other terms runs the same statements."""
     if connection.vendor != "postgresql":
         pytest.skip("the kept statements are PostgreSQL's")
     mixed_catalog()
-    HubModel.objects.create(repo_id="org-9/qwen_x-50%", author="org-9", downloads=3)
-    catalog_module.walk_statement.cache_clear()
-    for q in ("qwen", "org-1", "qwen_x", "50%", "ORG qwen-1", "nothing"):
+    HubModel.objects.create(repo_id="org-9/qwen_x-50%", author="org-9", tags=["a\\b"])
+    catalog_module.search_statement.cache_clear()
+    kept, read_kept = catalog_module.search_statement, catalog_module.read_kept
+    for q in ("qwen", "org-1", "qwen_x", "50%", "%", "a\\b", "ORG qwen-1", "nothing"):
         query = CatalogQuery(q=q, sort=order)
-        keys = list(query.keys_in_order())
-        assert query.walk(0, 1000) == keys, q
-        assert query.walk(7, 19) == keys[7:19], q
-    assert CatalogQuery(q="50%", sort=order).walk(0, 5) == [
-        HubModel.objects.get(repo_id="org-9/qwen_x-50%").pk
-    ]
-    assert catalog_module.walk_statement.cache_info().misses == 2  # one term, two terms
-    filtered = CatalogQuery(q="qwen", sort=order, hybrid="yes")
-    with CaptureQueriesContext(connection) as queries:
-        assert filtered.walk(0, 10) == []
-    assert catalog_module.walk_statement.cache_info().misses == 2
-    assert "is_hybrid" in queries.captured_queries[0]["sql"]
+        terms = [term for term, _ in search_terms(q)]
+
+        def run(read: str, *tail: int, terms: list[str] = terms) -> list[tuple[Any, ...]]:
+            values = catalog_module.term_values(terms)
+            return read_kept(kept(read, order, len(terms)), values, *tail)
+
+        in_order = list(query.keys_in_order())
+        assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, q
+        assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], q
+        found = query.models().order_by().values_list("pk", catalog_module.BLOCK)
+        assert sorted(run("found", 1000)) == sorted(found), q
+        assert len(run("found", 3)) == min(3, len(in_order)), q
+        ((count, keys),) = run("sorted", 1000, 12, 7)
+        assert (count, keys) == (len(in_order), in_order[7:19]), q
+        ((count, _),) = run("sorted", 5, 12, 0)  # read no further than the limit
+        assert count == min(5, len(in_order)), q
+    assert [
+        pk for (pk,) in read_kept(kept("walk", order, 1), catalog_module.term_values(["50%"]), 5, 0)
+    ] == [HubModel.objects.get(repo_id="org-9/qwen_x-50%").pk]
+    # One term, two terms: a statement each for the three reads.
+    assert kept.cache_info().misses == 6
 
 
 def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:
