@@ -36,6 +36,7 @@ from registry.models import (
     Tools,
     Verdict,
     search_terms,
+    word_query,
 )
 from registry.models.check_runs import thinking_badges
 
@@ -224,16 +225,17 @@ class CatalogQuery:
             page=params.get("page", "1")[:10],
         )
 
-    def models(self) -> QuerySet[HubModel]:
-        """The matching models, sorted, with only the columns a catalog row shows."""
-        return self._listed(self._matching())
+    def models(self, terms: list[tuple[str, bool]] | None = None) -> QuerySet[HubModel]:
+        """The matching models, sorted, with only the columns a catalog row shows. `terms`:
+        these (as `search_terms` writes them) in place of the search's."""
+        return self._listed(self._matching(terms=terms))
 
-    def keys_in_order(self) -> QuerySet[HubModel, int]:
+    def keys_in_order(self, terms: list[tuple[str, bool]] | None = None) -> QuerySet[HubModel, int]:
         """The matching models' keys in the catalog's order: for a search alone, what its
         order's covering index (registry migration 0019) answers without reading the table.
         A walk tests each model it meets, so each term is found as a scan finds it
         (`HubModelQuerySet.search`'s `scanned`)."""
-        walk = self._matching(scanned=True)
+        walk = self._matching(scanned=True, terms=terms)
         return walk.order_by(*SORTS[self.sort]).values_list("pk", flat=True)
 
     def by_keys(self, keys: list[int]) -> QuerySet[HubModel]:
@@ -264,12 +266,15 @@ class CatalogQuery:
     def _listed(self, models: QuerySet[HubModel]) -> QuerySet[HubModel]:
         return listed(models, self.sort, self.setup_path if self.setup_active else None)
 
-    def _matching(self, scanned: bool = False) -> QuerySet[HubModel]:
+    def _matching(
+        self, scanned: bool = False, terms: list[tuple[str, bool]] | None = None
+    ) -> QuerySet[HubModel]:
         # Repo id, family, tags, model type; the author is the repo id's first part.
         # A repo the Hub never had is not listed: anyone may ask to track a name, and a
         # misspelt or made-up one would sit in the catalog for good. Its page still says what
         # the Hub answered; one that was there and vanished keeps its row and its history.
-        models = HubModel.objects.search(self.q, scanned=scanned).exclude(
+        terms = search_terms(self.q) if terms is None else terms
+        models = HubModel.objects.having(terms, scanned=scanned).exclude(
             status=ModelStatus.MISSING, current_snapshot__isnull=True
         )
         if self.setup_active:
@@ -413,20 +418,27 @@ def keyed_statement(sort: str, setup: tuple[str, str, str] | None) -> tuple[str,
 
 
 @functools.lru_cache(maxsize=KEPT_STATEMENTS)
-def search_statement(read: str, sort: str, terms: int) -> tuple[str, tuple[Any, ...]]:
-    """The SQL of one of the reads of a search alone (`CappedPaginator.alone`) of `terms`
-    terms in `sort`'s order, and its parameters, `TERMS` where the terms go
-    (`term_values`): the same statement for every search of that many terms.
+def search_statement(read: str, sort: str, words: tuple[bool, ...]) -> tuple[str, tuple[Any, ...]]:
+    """The SQL of one of the reads of a search with no filter (`CappedPaginator.unfiltered`)
+    in `sort`'s order, whose terms are words or not as `words` says (`search_terms`), and its
+    parameters, `TERMS` where the terms go (`term_values`): the same statement for every
+    search of that shape.
 
-    - "walk": its keys in order (`CatalogQuery.keys_in_order`), then a limit and an offset;
     - "found": the keys of its first matches in no order, each with its block
       (`CappedPaginator.found`), then a limit;
-    - "sorted": the sorted read (`sorted_read`) of its matches."""
-    query = CatalogQuery(q=" ".join(TERMS[:terms]), sort=sort)
+    - "sorted": the sorted read (`sorted_read`) of its matches;
+    - "listing": its rows in order as the catalog lists them, then a limit and an offset;
+    - "walk", of a search alone (no word): its keys in order
+      (`CatalogQuery.keys_in_order`), then a limit and an offset."""
+    query = CatalogQuery(sort=sort)
+    marked = [(TERMS[i], word) for i, word in enumerate(words)]
     if read == "walk":
-        sql, params = query.keys_in_order().query.sql_with_params()
+        sql, params = query.keys_in_order(marked).query.sql_with_params()
         return f"{sql} LIMIT %s OFFSET %s", tuple(params)
-    matches = query.models().order_by()
+    if read == "listing":
+        sql, params = query.models(marked).values_list(*LIST_FIELDS).query.sql_with_params()
+        return f"{sql} LIMIT %s OFFSET %s", tuple(params)
+    matches = query.models(marked).order_by()
     if read == "found":
         sql, params = matches.values_list("pk", BLOCK).query.sql_with_params()
         return f"{sql} LIMIT %s", tuple(params)
@@ -446,15 +458,19 @@ def sorted_read(matches: str, sort: str) -> str:
     )
 
 
-def term_values(terms: list[str]) -> dict[str, str]:
-    """What each mark of `TERMS` stands for in a search's kept statements: its term, as a
-    walk finds it (`strpos`), and as the trigram index finds it (`LIKE '%term%'`, the term's
-    own `%`, `_` and backslash escaped as the ORM escapes them)."""
+def term_values(terms: list[tuple[str, bool]]) -> dict[str, str]:
+    """What each mark of `TERMS` stands for in a search's kept statements, for its terms as
+    `search_terms` writes them: a term as a walk finds it (`strpos`), as the trigram index
+    finds it (`LIKE '%term%'`, the term's own `%`, `_` and backslash escaped as the ORM
+    escapes them), and a word as the word index finds it (`word_query`)."""
     like = connection.ops.prep_for_like_query
     values = {}
-    for mark, term in zip(TERMS, terms, strict=False):
-        values[mark] = term
-        values[f"%{mark}%"] = f"%{like(term)}%"
+    for mark, (term, word) in zip(TERMS, terms, strict=False):
+        if word:
+            values[word_query(mark)] = word_query(term)
+        else:
+            values[mark] = term
+            values[f"%{mark}%"] = f"%{like(term)}%"
     return values
 
 
@@ -714,8 +730,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def found(self) -> list[tuple[int, int | None]]:
         """The keys of the first `COUNT_CAP` + 1 matches PostgreSQL finds, in no order, each with
         its heap block (PostgreSQL only; None elsewhere)."""
-        if self.alone:  # on PostgreSQL
-            return [(pk, block) for pk, block in self._read_alone("found", COUNT_CAP + 1)]
+        if self.unfiltered:
+            return [(pk, block) for pk, block in self._read_kept("found", COUNT_CAP + 1)]
         rows = self.object_list.order_by()
         if connection.vendor == "postgresql":
             return list(rows.values_list("pk", BLOCK)[: COUNT_CAP + 1])
@@ -755,17 +771,23 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
     def alone(self) -> bool:
         """A search alone: `terms`, and no filter. Its order's covering index (registry
         migration 0019) holds all it tests, so its walk reads keys and no row."""
-        return self.terms is not None and self.matching == CatalogQuery(
-            q=self.query.q, sort="", page=""
-        )
+        return self.terms is not None and self.unfiltered
 
-    def _read_alone(self, read: str, *tail: int) -> list[tuple[Any, ...]]:
-        """The rows of `read` for a search alone, by the statement kept for its shape
-        (`search_statement`), with `tail` after its parameters."""
-        if not self.alone or self.terms is None:
-            raise ValueError(f"{self.query.q!r} with a filter has no kept statement")
-        statement = search_statement(read, self.query.sort, len(self.terms))
-        return read_kept(statement, term_values(self.terms), *tail)
+    @cached_property
+    def unfiltered(self) -> bool:
+        """On PostgreSQL, a search with no filter (or none at all): its reads run the
+        statements kept for its shape (`search_statement`)."""
+        plain = CatalogQuery(q=self.query.q, sort="", page="")
+        return connection.vendor == "postgresql" and self.matching == plain
+
+    def _read_kept(self, read: str, *tail: int) -> list[tuple[Any, ...]]:
+        """The rows of `read` for a search with no filter, by the statement kept for its
+        shape (`search_statement`), with `tail` after its parameters."""
+        if not self.unfiltered:
+            raise ValueError(f"{self.query} has a filter: no kept statement reads it")
+        terms = search_terms(self.query.q)
+        statement = search_statement(read, self.query.sort, tuple(word for _, word in terms))
+        return read_kept(statement, term_values(terms), *tail)
 
     @property
     def walk_ms(self) -> float:
@@ -783,7 +805,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             return None
         if self.share is None or self.share < WALK_ALONE_SHARE:
             return None
-        return [pk for (pk,) in self._read_alone("walk", self._walk_limit(), 0)]
+        return [pk for (pk,) in self._read_kept("walk", self._walk_limit(), 0)]
 
     def _walk_limit(self) -> int:
         """How far `walked` reads: the count's cap, or the page asked for when past it."""
@@ -865,6 +887,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
             return Page(shown, number, self)
         if shown is None and self.alone:  # the keys from the order's covering index
             shown = self._keyed_rows(self._walk_keys(bottom, top))
+        elif shown is None and self.unfiltered:
+            shown = [CatalogRow.of(row) for row in self._read_kept("listing", top - bottom, bottom)]
         elif shown is None:
             shown = self._rows(self.object_list, bottom, top)
         more = len(shown) > self.per_page and number < MAX_PAGES
@@ -912,7 +936,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     def _walk_keys(self, bottom: int, top: int) -> list[int]:
         """Keys `bottom` to `top` of a search alone, walked in the page's order."""
-        return [pk for (pk,) in self._read_alone("walk", top - bottom, bottom)]
+        return [pk for (pk,) in self._read_kept("walk", top - bottom, bottom)]
 
     @property
     def matching(self) -> CatalogQuery:
@@ -943,8 +967,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         over every verdict (23 ms), and asked as one sorted query PostgreSQL may walk the
         downloads index after all."""
         tail = (most + 1, top - bottom, bottom)
-        if self.alone:
-            ((count, keys),) = self._read_alone("sorted", *tail)
+        if self.unfiltered:
+            ((count, keys),) = self._read_kept("sorted", *tail)
             return int(count), list(keys)
         matches = self.object_list.order_by().values_list(*SORTED_COLUMNS)
         sql, params = matches.query.sql_with_params()

@@ -251,28 +251,35 @@ def test_a_search_alone_walks_its_orders_index_without_the_table(order: str, ind
 
 
 @pytest.mark.parametrize("order", sorted(catalog_module.SORTED_READ))
-def test_a_search_alone_reads_the_statements_kept_for_its_shape(order: str) -> None:
-    """A search alone runs statements kept for its order and number of terms
-    (`search_statement`): its walk, its first keys and its sorted read each give what the
-    ORM's query of that search gives, for any terms (`LIKE`'s wildcards and escape among
-    them); a search of as many other terms runs the same statements."""
+def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
+    """A search with no filter runs statements kept for its order and the kinds of its terms
+    (`search_statement`): its first keys, its sorted read, its listing and (with no word
+    among its terms) its walk each give what the ORM's query of that search gives, for any
+    terms (`LIKE`'s wildcards and escape among them, words of one or two letters, none); a
+    search of other terms of the same kinds runs the same statements."""
     if connection.vendor != "postgresql":
         pytest.skip("the kept statements are PostgreSQL's")
     mixed_catalog()
-    HubModel.objects.create(repo_id="org-9/qwen_x-50%", author="org-9", tags=["a\\b"])
+    HubModel.objects.create(repo_id="org-9/qwen_x-50%", author="org-9", tags=["a\\b", "7b"])
     catalog_module.search_statement.cache_clear()
     kept, read_kept = catalog_module.search_statement, catalog_module.read_kept
-    for q in ("qwen", "org-1", "qwen_x", "50%", "%", "a\\b", "ORG qwen-1", "nothing"):
+    searches = ["qwen", "org-1", "qwen_x", "50%", "%", "a\\b", "ORG qwen-1", "nothing"]
+    searches += ["7b", "q", "7b qwen", "qwen 7b", "zz", ""]
+    for q in searches:
         query = CatalogQuery(q=q, sort=order)
-        terms = [term for term, _ in search_terms(q)]
+        terms = search_terms(q)
+        words = tuple(word for _, word in terms)
 
-        def run(read: str, *tail: int, terms: list[str] = terms) -> list[tuple[Any, ...]]:
-            values = catalog_module.term_values(terms)
-            return read_kept(kept(read, order, len(terms)), values, *tail)
+        def run(read: str, *tail: int, terms: Any = terms, words: Any = words) -> list[Any]:
+            return read_kept(kept(read, order, words), catalog_module.term_values(terms), *tail)
 
-        in_order = list(query.keys_in_order())
-        assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, q
-        assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], q
+        in_order = list(query.models().values_list("pk", flat=True))
+        listed = list(query.models().values_list(*LIST_FIELDS))
+        assert run("listing", 1000, 0) == listed, q
+        assert run("listing", 12, 7) == listed[7:19], q
+        if not any(words):
+            assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, q
+            assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], q
         found = query.models().order_by().values_list("pk", catalog_module.BLOCK)
         assert sorted(run("found", 1000)) == sorted(found), q
         assert len(run("found", 3)) == min(3, len(in_order)), q
@@ -281,10 +288,13 @@ def test_a_search_alone_reads_the_statements_kept_for_its_shape(order: str) -> N
         ((count, _),) = run("sorted", 5, 12, 0)  # read no further than the limit
         assert count == min(5, len(in_order)), q
     assert [
-        pk for (pk,) in read_kept(kept("walk", order, 1), catalog_module.term_values(["50%"]), 5, 0)
-    ] == [HubModel.objects.get(repo_id="org-9/qwen_x-50%").pk]
-    # One term, two terms: a statement each for the three reads.
-    assert kept.cache_info().misses == 6
+        HubModel.objects.get(pk=pk).repo_id
+        for pk, _ in read_kept(
+            kept("found", order, (False,)), catalog_module.term_values([("50%", False)]), 5
+        )
+    ] == ["org-9/qwen_x-50%"]
+    # The shapes: no term, one term, two terms, one word, a word and a term each way.
+    assert kept.cache_info().currsize == 6 * 3 + 3  # and the walks of the three without words
 
 
 def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:

@@ -25,6 +25,7 @@ from .catalog import (
     WatchQuerySet,
     search_terms,
     validate_repo_id,
+    word_query,
 )
 from .check_runs import CatalogVerdict, CheckRun, CheckStatus, ProbeStatus, Thinking, Tools
 from .events import EventKind, ModelEvent
@@ -70,4 +71,5 @@ __all__ = [
     "SEARCH_TERMS",
     "search_terms",
     "validate_repo_id",
+    "word_query",
 ]

@@ -186,8 +186,12 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
         part. PostgreSQL's `LIKE` took 1.6 to 1.7 times as long a row, 1.5 for a term with a
         separator's letter (docs/dashboard.md, "A walk finds a term with strpos").
         """
+        return self.having(search_terms(query), scanned=scanned)
+
+    def having(self, terms: list[tuple[str, bool]], *, scanned: bool = False) -> HubModelQuerySet:
+        """Models that hold each of `terms`, as `search_terms` writes them (`search`)."""
         found = self
-        for term, is_word in search_terms(query):
+        for term, is_word in terms:
             if is_word:
                 # No trigram in one or two characters: the start of a word, from the word
                 # index (dashboard migration 0006) rather than a scan of every row. The word
@@ -199,7 +203,7 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
                 # the cap (0.7).
                 prefix = RawSQL(
                     "search_words @@ to_tsquery('simple', %s)",
-                    (f"{term} | {term}:*",),
+                    (word_query(term),),
                     output_field=models.BooleanField(),
                 )
                 found = found.filter(Exact(prefix, True))
@@ -250,6 +254,11 @@ def search_terms(query: str) -> list[tuple[str, bool]]:
         else:
             terms.append((term.translate(SEARCH_KEY), False))
     return terms
+
+
+def word_query(word: str) -> str:
+    """The text search query of a word term (`search_terms`): the word, or a word it starts."""
+    return f"{word} | {word}:*"
 
 
 #: More words than this in one search add nothing but cost: the rest are ignored.
