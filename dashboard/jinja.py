@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.urls import reverse
@@ -76,6 +77,14 @@ def form_menus(env: Environment) -> Callable[..., Markup]:
     return menu
 
 
+def day_element(moment: datetime) -> Markup:
+    """`moment` as a `<time>` element: its day, and the moment itself in its `datetime`
+    attribute (what the Django template language's `date:'Y-m-d'` and `date:'c'` print), in
+    the current time zone, looked up once for both."""
+    local = timezone.localtime(moment)  # digits and separators: nothing to escape
+    return Markup(f'<time datetime="{local.isoformat()}">{local:%Y-%m-%d}</time>')
+
+
 def environment(**options: Any) -> Environment:
     env = Environment(**options)
     env.globals.update(
@@ -91,8 +100,6 @@ def environment(**options: Any) -> Environment:
         sentences=sentences,
         thousands=thousands,
         verdict_label=verdict_label,
-        # What the Django template language's `date:'c'` and `date:'Y-m-d'` print.
-        isoformat=lambda moment: timezone.localtime(moment).isoformat(),
-        day=lambda moment: timezone.localtime(moment).strftime("%Y-%m-%d"),
+        day_element=day_element,
     )
     return env

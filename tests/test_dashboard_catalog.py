@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import zoneinfo
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
@@ -23,7 +25,7 @@ from checks.digest import digest
 from checks.reports import TemplateReport
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
-from dashboard.jinja import form_menus
+from dashboard.jinja import day_element, form_menus
 from dashboard.templatetags.dashboard import model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
@@ -339,6 +341,24 @@ def test_the_form_menus_are_rendered_once_per_state() -> None:
     fresh = form_menus(reloading)
     assert fresh("verdict", "Verdict", choices) == plain
     assert fresh("verdict", "Verdict", choices) is not fresh("verdict", "Verdict", choices)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.datetimes(datetime(1990, 1, 1), datetime(2200, 1, 1), timezones=st.just(UTC)),
+    st.sampled_from(["UTC", "Asia/Kolkata", "America/St_Johns"]),
+)
+def test_a_rows_day_reads_as_the_django_template_languages_dates(
+    moment: datetime, zone: str
+) -> None:
+    """A catalog row's `<time>` element (dashboard/jinja.py `day_element`, its zone looked up
+    once): the moment and the day that the Django template language's `date:'c'` and
+    `date:'Y-m-d'` print, in the current time zone."""
+    template = engines["django"].from_string(
+        """<time datetime="{{ moment|date:'c' }}">{{ moment|date:'Y-m-d' }}</time>"""
+    )
+    with timezone.override(zoneinfo.ZoneInfo(zone)):
+        assert day_element(moment) == template.render({"moment": moment})
 
 
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:
