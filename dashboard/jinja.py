@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from dashboard.templatetags.dashboard import (
     catalog_url,
+    fixed_url,
     model_url,
     percent,
     sentences,
@@ -89,7 +90,7 @@ def environment(**options: Any) -> Environment:
     env = Environment(**options)
     env.globals.update(
         menu=form_menus(env),
-        url=lambda name, *args: reverse(name, args=args),
+        url=lambda name, *args: reverse(name, args=args) if args else fixed_url(name),
         model_url=model_url,
         labels=LABELS,
     )

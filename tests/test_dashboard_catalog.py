@@ -26,7 +26,7 @@ from checks.reports import TemplateReport
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
 from dashboard.jinja import day_element, form_menus
-from dashboard.templatetags.dashboard import model_url
+from dashboard.templatetags.dashboard import fixed_url, model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
 from registry.models import DiscoveryRun, HubModel, ModelStatus
@@ -503,5 +503,22 @@ def test_model_links_are_what_the_urlconf_reverses(org: str, name: str, prefix: 
     set_script_prefix(prefix)
     try:
         assert model_url(f"{org}/{name}") == reverse("dashboard:model", args=[org, name])
+    finally:
+        set_script_prefix("/")
+
+
+@pytest.mark.parametrize("prefix", ["/", "/cachesafe/"])
+def test_the_frames_links_are_what_the_urlconf_reverses(prefix: str) -> None:
+    """Every page's frame links views that take no argument (`fixed_url`, reversed once per
+    name, script prefix and URLconf): each link is what `{% url %}` gives, under each script
+    prefix."""
+    base = engines["django"].get_template("base.html").template.source  # type: ignore[attr-defined]
+    names = set(re.findall(r'{% fixed_url "([a-z_:]+)" %}', base))
+    assert len(names) == 6 and "{% url" not in base
+    set_script_prefix(prefix)
+    try:
+        for name in names:
+            assert fixed_url(name) == reverse(name), name
+            assert fixed_url(name).startswith(prefix)
     finally:
         set_script_prefix("/")
