@@ -249,7 +249,7 @@ class CatalogQuery:
         On PostgreSQL from the statement kept for this query's order and setup
         (`keyed_statement`), the keys one array: the ORM built, compiled and bound the query
         again for each page, with a parameter a key (docs/dashboard.md, "Statements kept by
-        shape")."""
+        shape, and a walk that finds a term with strpos")."""
         if connection.vendor != "postgresql":
             return list(self.by_keys(keys).values_list(*self.columns)[bottom:top])
         statement = keyed_statement(self.sort, self.setup_path if self.setup_active else None)
@@ -394,7 +394,9 @@ def listed(
 #: private use area, so that no search term is one (`search_terms` leaves them as they are).
 KEYS = "\ue000keys"
 TERMS = tuple(f"\ue000{i}" for i in range(SEARCH_TERMS))
-#: The most statements a process keeps of each kind: more than there are shapes.
+#: The most statements a process keeps of each kind, the least recently run dropped first: a
+#: search's terms, words or text, can make up to 2 ** `SEARCH_TERMS` shapes in each order,
+#: though most searches are one or two terms (six shapes an order).
 KEPT_STATEMENTS = 1024
 #: What a sorted read reads of each match (`sorted_read`).
 SORTED_COLUMNS = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
@@ -775,8 +777,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     @cached_property
     def unfiltered(self) -> bool:
-        """On PostgreSQL, a search with no filter (or none at all): its reads run the
-        statements kept for its shape (`search_statement`)."""
+        """On PostgreSQL, the catalog with no filter and no setup, searched or not: its reads
+        run the statements kept for its shape (`search_statement`)."""
         plain = CatalogQuery(q=self.query.q, sort="", page="")
         return connection.vendor == "postgresql" and self.matching == plain
 

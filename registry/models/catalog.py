@@ -183,8 +183,8 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
 
         `scanned`: each term found in the text as a scan reads it (`strpos`, the same matches
         as `LIKE '%term%'`), for a walk of an order's index, where the trigram index has no
-        part. PostgreSQL's `LIKE` took 1.6 to 1.7 times as long a row, 1.5 for a term with a
-        separator's letter (docs/dashboard.md, "A walk finds a term with strpos").
+        part. PostgreSQL's `LIKE` took 1.3 to 2.1 times as long (docs/dashboard.md,
+        "Statements kept by shape, and a walk that finds a term with strpos").
         """
         return self.having(search_terms(query), scanned=scanned)
 
