@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from datetime import timedelta
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -56,7 +55,7 @@ def fixed_url(name: str) -> str:
     return _fixed_url(name, get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF)
 
 
-@functools.lru_cache(maxsize=256)
+@lru_cache(maxsize=256)
 def _fixed_url(name: str, script_prefix: str, urlconf: str) -> str:
     return reverse(name, urlconf=urlconf)  # under that script prefix: the thread's now
 
