@@ -758,7 +758,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         words): what the sample can judge and the orders' covering indexes hold. Else None."""
         if connection.vendor != "postgresql" or self.query.sort not in SORTED_READ:
             return None
-        read = search_terms(self.query.q)
+        read = self.written
         if not read or any(is_word for _, is_word in read):
             return None
         return [term for term, _ in read]
@@ -787,9 +787,19 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         shape (`search_statement`), with `tail` after its parameters."""
         if not self.unfiltered:
             raise ValueError(f"{self.query} has a filter: no kept statement reads it")
-        terms = search_terms(self.query.q)
-        statement = search_statement(read, self.query.sort, tuple(word for _, word in terms))
-        return read_kept(statement, term_values(terms), *tail)
+        words = tuple(word for _, word in self.written)
+        return read_kept(search_statement(read, self.query.sort, words), self.values, *tail)
+
+    @cached_property
+    def written(self) -> list[tuple[str, bool]]:
+        """The search's terms as `search_terms` writes them, read once a page."""
+        return search_terms(self.query.q)
+
+    @cached_property
+    def values(self) -> dict[str, str]:
+        """What the marks of its kept statements stand for (`term_values`), once a page: a
+        page runs up to three of them."""
+        return term_values(self.written)
 
     @property
     def walk_ms(self) -> float:
