@@ -6,7 +6,7 @@ import functools
 import math
 import threading
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -225,10 +225,15 @@ class CatalogQuery:
             page=params.get("page", "1")[:10],
         )
 
-    def models(self, terms: list[tuple[str, bool]] | None = None) -> QuerySet[HubModel]:
+    def models(
+        self,
+        terms: list[tuple[str, bool]] | None = None,
+        parts: tuple[str | None, ...] = (),
+    ) -> QuerySet[HubModel]:
         """The matching models, sorted, with only the columns a catalog row shows. `terms`:
-        these (as `search_terms` writes them) in place of the search's."""
-        return self._listed(self._matching(terms=terms))
+        these (as `search_terms` writes them) in place of the search's, each asked of the
+        trigram index as `parts` says (`HubModelQuerySet.having`)."""
+        return self._listed(self._matching(terms=terms, parts=parts))
 
     def keys_in_order(self, terms: list[tuple[str, bool]] | None = None) -> QuerySet[HubModel, int]:
         """The matching models' keys in the catalog's order: for a search alone, what its
@@ -267,14 +272,19 @@ class CatalogQuery:
         return listed(models, self.sort, self.setup_path if self.setup_active else None)
 
     def _matching(
-        self, scanned: bool = False, terms: list[tuple[str, bool]] | None = None
+        self,
+        scanned: bool = False,
+        terms: list[tuple[str, bool]] | None = None,
+        parts: tuple[str | None, ...] = (),
     ) -> QuerySet[HubModel]:
         # Repo id, family, tags, model type; the author is the repo id's first part.
         # A repo the Hub never had is not listed: anyone may ask to track a name, and a
         # misspelt or made-up one would sit in the catalog for good. Its page still says what
         # the Hub answered; one that was there and vanished keeps its row and its history.
-        terms = search_terms(self.q) if terms is None else terms
-        models = HubModel.objects.having(terms, scanned=scanned).exclude(
+        if terms is None:
+            terms = search_terms(self.q)
+            parts = () if scanned else index_parts(terms)
+        models = HubModel.objects.having(terms, scanned=scanned, parts=parts).exclude(
             status=ModelStatus.MISSING, current_snapshot__isnull=True
         )
         if self.setup_active:
@@ -394,9 +404,15 @@ def listed(
 #: private use area, so that no search term is one (`search_terms` leaves them as they are).
 KEYS = "\ue000keys"
 TERMS = tuple(f"\ue000{i}" for i in range(SEARCH_TERMS))
+#: Where a term's part asked of the trigram index goes (`index_part`).
+PARTS = tuple(f"\ue001{i}" for i in range(SEARCH_TERMS))
+#: The kinds of a search's terms, its kept statements' shape (`search_statement`): a word
+#: (the word index), a text (the trigram index), a text of which a part is asked of the
+#: trigram index (`index_part`).
+WORD, TEXT, PART = "word", "text", "part"
 #: The most statements a process keeps of each kind, the least recently run dropped first: a
-#: search's terms, words or text, can make up to 2 ** `SEARCH_TERMS` shapes in each order,
-#: though most searches are one or two terms (six shapes an order).
+#: search's terms, each of three kinds, can make up to 3 ** `SEARCH_TERMS` shapes in each
+#: order, though most searches are one or two terms (twelve shapes an order).
 KEPT_STATEMENTS = 1024
 #: What a sorted read reads of each match (`sorted_read`).
 SORTED_COLUMNS = ("pk", "downloads", "reuse", "last_template_change_at", "repo_id")
@@ -420,11 +436,11 @@ def keyed_statement(sort: str, setup: tuple[str, str, str] | None) -> tuple[str,
 
 
 @functools.lru_cache(maxsize=KEPT_STATEMENTS)
-def search_statement(read: str, sort: str, words: tuple[bool, ...]) -> tuple[str, tuple[Any, ...]]:
+def search_statement(read: str, sort: str, kinds: tuple[str, ...]) -> tuple[str, tuple[Any, ...]]:
     """The SQL of one of the reads of a search with no filter (`CappedPaginator.unfiltered`)
-    in `sort`'s order, whose terms are words or not as `words` says (`search_terms`), and its
-    parameters, `TERMS` where the terms go (`term_values`): the same statement for every
-    search of that shape.
+    in `sort`'s order, whose terms are of `kinds` (`WORD`, `TEXT` or `PART`, as `term_kinds`
+    says), and its parameters, `TERMS` and `PARTS` where the terms and their parts go
+    (`term_values`): the same statement for every search of that shape.
 
     - "found": the keys of its first matches in no order, each with its block
       (`CappedPaginator.found`), then a limit;
@@ -433,14 +449,16 @@ def search_statement(read: str, sort: str, words: tuple[bool, ...]) -> tuple[str
     - "walk", of a search alone (no word): its keys in order
       (`CatalogQuery.keys_in_order`), then a limit and an offset."""
     query = CatalogQuery(sort=sort)
-    marked = [(TERMS[i], word) for i, word in enumerate(words)]
+    marked = [(TERMS[i], kind == WORD) for i, kind in enumerate(kinds)]
+    parts = tuple(PARTS[i] if kind == PART else None for i, kind in enumerate(kinds))
     if read == "walk":
         sql, params = query.keys_in_order(marked).query.sql_with_params()
         return f"{sql} LIMIT %s OFFSET %s", tuple(params)
     if read == "listing":
-        sql, params = query.models(marked).values_list(*LIST_FIELDS).query.sql_with_params()
+        listing = query.models(marked, parts).values_list(*LIST_FIELDS)
+        sql, params = listing.query.sql_with_params()
         return f"{sql} LIMIT %s OFFSET %s", tuple(params)
-    matches = query.models(marked).order_by()
+    matches = query.models(marked, parts).order_by()
     if read == "found":
         sql, params = matches.values_list("pk", BLOCK).query.sql_with_params()
         return f"{sql} LIMIT %s", tuple(params)
@@ -460,19 +478,35 @@ def sorted_read(matches: str, sort: str) -> str:
     )
 
 
-def term_values(terms: list[tuple[str, bool]]) -> dict[str, str]:
-    """What each mark of `TERMS` stands for in a search's kept statements, for its terms as
-    `search_terms` writes them: a term as a walk finds it (`strpos`), as the trigram index
-    finds it (`LIKE '%term%'`, the term's own `%`, `_` and backslash escaped as the ORM
-    escapes them), and a word as the word index finds it (`word_query`)."""
+def term_kinds(terms: list[tuple[str, bool]], parts: tuple[str | None, ...]) -> tuple[str, ...]:
+    """The kind of each of `terms` (as `search_terms` writes them), each asked of the trigram
+    index as `parts` says (`index_parts`): the shape of their kept statements."""
+    return tuple(
+        WORD if word else PART if i < len(parts) and parts[i] is not None else TEXT
+        for i, (_, word) in enumerate(terms)
+    )
+
+
+def term_values(
+    terms: list[tuple[str, bool]], parts: tuple[str | None, ...] = ()
+) -> dict[str, str]:
+    """What each mark of `TERMS` and `PARTS` stands for in a search's kept statements, for its
+    terms as `search_terms` writes them and their `parts` (`index_parts`): a term as a walk
+    finds it (`strpos`), a term or its part as the trigram index finds it (`LIKE '%term%'`,
+    its own `%`, `_` and backslash escaped as the ORM escapes them), and a word as the word
+    index finds it (`word_query`)."""
     like = connection.ops.prep_for_like_query
     values = {}
-    for mark, (term, word) in zip(TERMS, terms, strict=False):
+    for i, (term, word) in enumerate(terms[:SEARCH_TERMS]):
+        mark = TERMS[i]
         if word:
             values[word_query(mark)] = word_query(term)
-        else:
-            values[mark] = term
-            values[f"%{mark}%"] = f"%{like(term)}%"
+            continue
+        values[mark] = term
+        values[f"%{mark}%"] = f"%{like(term)}%"
+        part = parts[i] if i < len(parts) else None
+        if part is not None:
+            values[f"%{PARTS[i]}%"] = f"%{like(part)}%"
     return values
 
 
@@ -555,6 +589,11 @@ TABLE_SECONDS = 60.0
 #: together: one bound among the 275 of "org-42" reads as 2% of the catalog, none as 1%.
 SAMPLE_BLOCKS = 100
 SAMPLE_SECONDS = 600.0
+#: The most texts a sample keeps its share of (`SearchSample.holding`): trigrams of searches.
+SAMPLE_TEXTS = 10_000
+#: A trigram at either end of a term that this share of the catalog's models or more hold is
+#: not asked of the trigram index (`index_part`): its list is a fifth of the catalog or more.
+COMMON_TRIGRAM = 0.2
 SAMPLE_SEED = 1
 _sample: list[tuple[float, SearchSample]] = []
 _table: list[tuple[float, int, float]] = []
@@ -596,10 +635,24 @@ class SearchSample:
     """The searched text (`search_text`) of a sample of the catalog's models, one a model."""
 
     texts: tuple[str, ...] = ()
+    #: `holding`'s answers so far (a sample lives `SAMPLE_SECONDS`).
+    _held: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def models(self) -> int:
         return len(self.texts)
+
+    def holding(self, text: str) -> float:
+        """The share of its models whose text holds `text`, counted once per sample and text
+        (up to `SAMPLE_TEXTS` texts; then counted again). 0 for an empty sample."""
+        share = self._held.get(text)
+        if share is None:
+            held = sum(1 for searched in self.texts if text in searched)
+            share = held / len(self.texts) if self.texts else 0.0
+            if len(self._held) >= SAMPLE_TEXTS:
+                self._held.clear()
+            self._held[text] = share
+        return share
 
     def matching(self, terms: list[str]) -> int:
         """How many of its models hold every term. Counted a model at a time: counting a term
@@ -633,6 +686,43 @@ def search_sample() -> SearchSample:
     sample = SearchSample(tuple(texts))
     _sample[:] = [(now, sample)]
     return sample
+
+
+def index_part(term: str, sample: SearchSample) -> str | None:
+    """The part of a text term (as `search_terms` writes it) that the trigram index is asked
+    for (`HubModelQuerySet.having`'s `parts`), when it is shorter than the term: the term less
+    the trigrams at either end that `COMMON_TRIGRAM` or more of the sample's models hold, the
+    commoner end first, while one trigram is left. None when that is the whole term, for a
+    term with a character that is neither a letter nor a digit (pg_trgm takes a trigram only
+    inside a word), and without a sample.
+
+    PostgreSQL's trigram index builds a search's candidates from the lists of all its
+    trigrams, and a common trigram's list is long: at 100,000 models "corpus-199" (written
+    "corpusƀ199") read the lists of "cor" … "sƀ1", each in half the models or more, to find
+    757 candidates in 6.1 ms, where "ƀ199" alone found 978 in 0.3 (docs/dashboard.md, "A
+    term's rare part asks the index")."""
+    if not sample.models or not term.isalnum():
+        return None
+    start, end = 0, len(term)
+    while end - start > 3:
+        left = sample.holding(term[start : start + 3])
+        right = sample.holding(term[end - 3 : end])
+        if max(left, right) < COMMON_TRIGRAM:
+            break
+        if left >= right:
+            start += 1
+        else:
+            end -= 1
+    return term[start:end] if end - start < len(term) else None
+
+
+def index_parts(terms: list[tuple[str, bool]]) -> tuple[str | None, ...]:
+    """`index_part` of each of `terms` (None for a word): on PostgreSQL, by the catalog's
+    sample (`search_sample`); elsewhere none."""
+    if connection.vendor != "postgresql" or all(word for _, word in terms):
+        return ()
+    sample = search_sample()
+    return tuple(None if word else index_part(term, sample) for term, word in terms)
 
 
 def sampled_share(terms: list[str]) -> float | None:
@@ -787,8 +877,8 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         shape (`search_statement`), with `tail` after its parameters."""
         if not self.unfiltered:
             raise ValueError(f"{self.query} has a filter: no kept statement reads it")
-        words = tuple(word for _, word in self.written)
-        return read_kept(search_statement(read, self.query.sort, words), self.values, *tail)
+        kinds = term_kinds(self.written, self.parts)
+        return read_kept(search_statement(read, self.query.sort, kinds), self.values, *tail)
 
     @cached_property
     def written(self) -> list[tuple[str, bool]]:
@@ -796,10 +886,15 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         return search_terms(self.query.q)
 
     @cached_property
+    def parts(self) -> tuple[str | None, ...]:
+        """The parts of its terms asked of the trigram index (`index_parts`), once a page."""
+        return index_parts(self.written)
+
+    @cached_property
     def values(self) -> dict[str, str]:
         """What the marks of its kept statements stand for (`term_values`), once a page: a
         page runs up to three of them."""
-        return term_values(self.written)
+        return term_values(self.written, self.parts)
 
     @property
     def walk_ms(self) -> float:

@@ -105,6 +105,19 @@ def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node, *(found for child in node.get("Plans", []) for found in plan_nodes(child))]
 
 
+def index_plan(rows: QuerySet[Any], options: str = "") -> dict[str, Any]:
+    """PostgreSQL's JSON plan of `rows` (EXPLAIN with `options`), the catalog table analyzed
+    first and sequential scans off: what the index is asked, whatever the plan's choice."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+        sql, params = rows.query.sql_with_params()
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute(f"EXPLAIN ({options}FORMAT JSON) {sql}", params)
+        (plan,) = cursor.fetchone()
+        cursor.execute("RESET enable_seqscan")
+    return plan[0]["Plan"]  # type: ignore[no-any-return]
+
+
 def test_a_term_across_a_separator_is_found_through_its_own_trigrams() -> None:
     """pg_trgm keeps only the trigrams inside a word. With the separators as they were, "org-42"
     asked the index for those of "org" and "42", and PostgreSQL rechecked every model with a
@@ -115,14 +128,8 @@ def test_a_term_across_a_separator_is_found_through_its_own_trigrams() -> None:
     many_models(6000)  # org-0 … org-299, and names numbered 0 … 5999
     matches = HubModel.objects.search("org-42").count()
     assert matches == 20  # org-42's, not org-4's or a name's "-42…"
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE registry_hubmodel")
-        sql, params = HubModel.objects.search("org-42").values_list("pk").query.sql_with_params()
-        cursor.execute("SET enable_seqscan = off")  # the index's own candidates, whatever the plan
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
-        (plan,) = cursor.fetchone()
-        cursor.execute("RESET enable_seqscan")
-    (scan,) = [node for node in plan_nodes(plan[0]["Plan"]) if node.get("Index Name")]
+    plan = index_plan(HubModel.objects.search("org-42").values_list("pk"), "ANALYZE, ")
+    (scan,) = [node for node in plan_nodes(plan) if node.get("Index Name")]
     assert scan["Index Name"] == "dashboard_search_text_trgm", plan
     # The names "…-chat-42…" (111 of them) share "org" and " 42" with it, not "gƀ4" and "ƀ42".
     assert scan["Actual Rows"] <= 2 * matches, plan
@@ -255,8 +262,9 @@ def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
     """A search with no filter runs statements kept for its order and the kinds of its terms
     (`search_statement`): its first keys, its sorted read, its listing and (with no word
     among its terms) its walk each give what the ORM's query of that search gives, for any
-    terms (`LIKE`'s wildcards and escape among them, words of one or two letters, none); a
-    search of other terms of the same kinds runs the same statements."""
+    terms (`LIKE`'s wildcards and escape among them, words of one or two letters, none), each
+    asked of the trigram index whole, by the part the catalog picks (`index_parts`) or by
+    another part of it; a search of other terms of the same kinds runs the same statements."""
     if connection.vendor != "postgresql":
         pytest.skip("the kept statements are PostgreSQL's")
     mixed_catalog()
@@ -265,36 +273,72 @@ def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
     kept, read_kept = catalog_module.search_statement, catalog_module.read_kept
     searches = ["qwen", "org-1", "qwen_x", "50%", "%", "a\\b", "ORG qwen-1", "nothing"]
     searches += ["7b", "q", "7b qwen", "qwen 7b", "zz", ""]
+    shapes = set()
     for q in searches:
         query = CatalogQuery(q=q, sort=order)
         terms = search_terms(q)
-        words = tuple(word for _, word in terms)
-
-        def run(read: str, *tail: int, terms: Any = terms, words: Any = words) -> list[Any]:
-            return read_kept(kept(read, order, words), catalog_module.term_values(terms), *tail)
-
         in_order = list(query.models().values_list("pk", flat=True))
         listed = list(query.models().values_list(*LIST_FIELDS))
-        assert run("listing", 1000, 0) == listed, q
-        assert run("listing", 12, 7) == listed[7:19], q
-        if not any(words):
-            assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, q
-            assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], q
-        found = query.models().order_by().values_list("pk", catalog_module.BLOCK)
-        assert sorted(run("found", 1000)) == sorted(found), q
-        assert len(run("found", 3)) == min(3, len(in_order)), q
-        ((count, keys),) = run("sorted", 1000, 12, 7)
-        assert (count, keys) == (len(in_order), in_order[7:19]), q
-        ((count, _),) = run("sorted", 5, 12, 0)  # read no further than the limit
-        assert count == min(5, len(in_order)), q
+        middles = tuple(None if word or len(term) < 5 else term[1:-1] for term, word in terms)
+        for parts in ((), catalog_module.index_parts(terms), middles):
+            kinds = catalog_module.term_kinds(terms, parts)
+            values = catalog_module.term_values(terms, parts)
+            shapes.add(kinds)
+
+            def run(read: str, *tail: int, kinds: Any = kinds, values: Any = values) -> list[Any]:
+                return read_kept(kept(read, order, kinds), values, *tail)
+
+            assert run("listing", 1000, 0) == listed, (q, parts)
+            assert run("listing", 12, 7) == listed[7:19], (q, parts)
+            if catalog_module.WORD not in kinds:
+                assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, (q, parts)
+                assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], (q, parts)
+            found = query.models().order_by().values_list("pk", catalog_module.BLOCK)
+            assert sorted(run("found", 1000)) == sorted(found), (q, parts)
+            assert len(run("found", 3)) == min(3, len(in_order)), (q, parts)
+            ((count, keys),) = run("sorted", 1000, 12, 7)
+            assert (count, keys) == (len(in_order), in_order[7:19]), (q, parts)
+            ((count, _),) = run("sorted", 5, 12, 0)  # read no further than the limit
+            assert count == min(5, len(in_order)), (q, parts)
+    text = (catalog_module.TEXT,)
     assert [
         HubModel.objects.get(pk=pk).repo_id
         for pk, _ in read_kept(
-            kept("found", order, (False,)), catalog_module.term_values([("50%", False)]), 5
+            kept("found", order, text), catalog_module.term_values([("50%", False)]), 5
         )
     ] == ["org-9/qwen_x-50%"]
-    # The shapes: no term, one term, two terms, one word, a word and a term each way.
-    assert kept.cache_info().currsize == 6 * 3 + 3  # and the walks of the three without words
+    # A shape's statements, not a search's: found, sorted and listing for each, and the walk
+    # for each without a word.
+    walks = sum(1 for kinds in shapes if catalog_module.WORD not in kinds)
+    assert kept.cache_info().currsize == 3 * len(shapes) + walks
+    assert (catalog_module.PART,) in shapes and (catalog_module.TEXT,) in shapes
+
+
+def test_a_term_asks_the_trigram_index_for_its_rare_part() -> None:
+    """A term whose trigrams at either end most of the catalog holds asks the trigram index
+    for the rest of it (`index_part`), and each candidate is tested for the whole term: the
+    same matches as the whole term asked of the index, from fewer trigram lists."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigram index exists on PostgreSQL only")
+    many_models(6000)  # every repo id "org-N/…", every tag list "text-generation", …
+    terms = search_terms("org-42")
+    assert catalog_module.index_parts(terms) == ("gƀ42",)  # "org", "rgƀ" in every model
+    # A term no end of which is common, a word, and a term with a character pg_trgm splits
+    # words at, ask for themselves.
+    assert catalog_module.index_parts(search_terms("stripes 7b a+b")) == (None, None, None)
+    sample = catalog_module.search_sample()
+    assert sample.holding("rgƀ") >= catalog_module.COMMON_TRIGRAM > sample.holding("gƀ4")
+    # Every trigram of it in every model: one list, not twelve, for the same candidates.
+    assert catalog_module.index_part("conversational", sample) == "nal"
+    assert catalog_module.index_part("org", sample) is None  # one trigram: nothing to drop
+    rows = HubModel.objects.having(terms, parts=("gƀ42",)).values_list("pk")
+    assert set(rows) == set(HubModel.objects.search("org-42").values_list("pk"))
+    assert rows.count() == 20
+    plan = index_plan(rows)
+    (scan,) = [node for node in plan_nodes(plan) if node.get("Index Name")]
+    assert scan["Index Name"] == "dashboard_search_text_trgm", plan
+    assert "gƀ42" in scan["Index Cond"] and "orgƀ42" not in scan["Index Cond"], plan
+    assert any("strpos" in node.get("Filter", "") for node in plan_nodes(plan)), plan
 
 
 def test_a_short_term_matches_the_start_of_a_word_through_the_word_index() -> None:
