@@ -351,14 +351,28 @@ def test_the_form_menus_are_rendered_once_per_state() -> None:
 def test_a_rows_day_reads_as_the_django_template_languages_dates(
     moment: datetime, zone: str
 ) -> None:
-    """A catalog row's `<time>` element (dashboard/jinja.py `day_element`, its zone looked up
-    once): the moment and the day that the Django template language's `date:'c'` and
-    `date:'Y-m-d'` print, in the current time zone."""
+    """A catalog row's `<time>` element (dashboard/jinja.py `day_element`, in the zone its page
+    looked up once): the moment and the day that the Django template language's `date:'c'`
+    and `date:'Y-m-d'` print, in the current time zone."""
     template = engines["django"].from_string(
         """<time datetime="{{ moment|date:'c' }}">{{ moment|date:'Y-m-d' }}</time>"""
     )
     with timezone.override(zoneinfo.ZoneInfo(zone)):
-        assert day_element(moment) == template.render({"moment": moment})
+        current = timezone.get_current_timezone()
+        assert day_element(moment, current) == template.render({"moment": moment})
+
+
+def test_a_rows_day_is_the_day_in_the_current_time_zone(client: Client, catalog: Catalog) -> None:
+    """The page looks the time zone up once (`current_zone`) and writes each row's day in it."""
+    moment = datetime(2026, 3, 1, 23, 30, tzinfo=UTC)
+    HubModel.objects.filter(repo_id="cachesafe-demo/thinker-30b-a3b").update(
+        last_template_change_at=moment
+    )
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Kolkata")):
+        body = client.get("/", {"q": "thinker"}).content.decode()
+    assert '<time datetime="2026-03-02T05:00:00+05:30">2026-03-02</time>' in body
+    body = client.get("/", {"q": "thinker-30b"}).content.decode()  # (not the page kept above)
+    assert '<time datetime="2026-03-01T23:30:00+00:00">2026-03-01</time>' in body
 
 
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:
