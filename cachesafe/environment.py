@@ -94,7 +94,8 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict[str, Any]:
             raise ConfigError(f"DATABASE_URL={_redact(url)} has a bad port") from None
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            # Django's, with a health check that sends no query (cachesafe/db/base.py).
+            "ENGINE": "cachesafe.db",
             "NAME": name,
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),

@@ -11,7 +11,7 @@ BASE = Path("/srv/app")
 
 def test_postgres_url_becomes_django_settings() -> None:
     db = parse_database_url("postgres://bob:s%40cret@db.example:6543/catalog", base_dir=BASE)
-    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert db["ENGINE"] == "cachesafe.db"
     assert (db["NAME"], db["USER"], db["PASSWORD"]) == ("catalog", "bob", "s@cret")
     assert (db["HOST"], db["PORT"]) == ("db.example", "6543")
 

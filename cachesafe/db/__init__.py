@@ -1,0 +1,1 @@
+"""The database backend the settings name for PostgreSQL (`base.DatabaseWrapper`)."""
