@@ -164,6 +164,12 @@ def _choice(value: str | None, allowed: object) -> str:
     return value if value and value in allowed else ""  # type: ignore[operator]
 
 
+#: The values of the filters of the models' own choices, read once: `Verdict.values` and the
+#: like build a list on every call, three times a page.
+VERDICTS = frozenset(Verdict.values)
+TOOLS = frozenset(Tools.values)
+PROBES = frozenset(ProbeStatus.values)
+
 #: The choice filters (an unknown value is ignored, and said so).
 FILTERS = (
     "verdict",
@@ -195,15 +201,14 @@ class CatalogQuery:
     sort: str = "downloads"
     page: str = "1"
 
-    @classmethod
-    def ignored(cls, params: QueryDict) -> list[str]:
-        """The `name=value` filters of a link that this catalog does not know (shown as
-        ignored, so a mistyped or outdated link does not silently show everything)."""
-        query = cls.from_params(params)
+    def ignored(self, params: QueryDict) -> list[str]:
+        """The `name=value` filters of the link this query was read from (`params`, as
+        `from_params` read them) that this catalog does not know (shown as ignored, so a
+        mistyped or outdated link does not silently show everything)."""
         dropped = []
         for name in FILTERS:
             given = (params.get(name) or "").strip()
-            if given and given != getattr(query, name):
+            if given and given != getattr(self, name):
                 dropped.append(f"{name}={given[:40]}")
         return dropped
 
@@ -211,15 +216,15 @@ class CatalogQuery:
     def from_params(cls, params: QueryDict) -> CatalogQuery:
         return cls(
             q=params.get("q", "").strip()[:200],
-            verdict=_choice(params.get("verdict"), Verdict.values),
+            verdict=_choice(params.get("verdict"), VERDICTS),
             thinking=_choice(params.get("thinking"), THINKING_CHOICES),
             client=_choice(params.get("client"), CLIENT_CHOICES),
             engine=_choice(params.get("engine"), ENGINE_CHOICES),
             hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
             format=_choice(params.get("format"), FORMAT_CHOICES),
             drift=_choice(params.get("drift"), DRIFT_CHOICES),
-            tools=_choice(params.get("tools"), Tools.values),
-            probe=_choice(params.get("probe"), ProbeStatus.values),
+            tools=_choice(params.get("tools"), TOOLS),
+            probe=_choice(params.get("probe"), PROBES),
             author=params.get("author", "").strip()[:100],
             sort=_choice(params.get("sort"), SORTS) or "downloads",
             page=params.get("page", "1")[:10],

@@ -58,6 +58,11 @@ from .probes import ProbeQueue, ProbeView, latest_probe
 from .report_view import ReportView, model_sentence, model_setup_verdict
 from .stored_reports import find_pair
 
+#: The menus of the models' own choices, read once (`.choices` builds a list on every call).
+VERDICT_CHOICES = Verdict.choices
+TOOLS_CHOICES = Tools.choices
+PROBE_CHOICES = ProbeStatus.choices
+
 
 @require_safe
 @cached_page
@@ -69,13 +74,13 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "query": query,
-        "ignored": CatalogQuery.ignored(request.GET),
-        "verdicts": Verdict.choices,
+        "ignored": query.ignored(request.GET),
+        "verdicts": VERDICT_CHOICES,
         "thinking_choices": THINKING_CHOICES.items(),
         "client_choices": CLIENT_CHOICES.items(),
         "engine_choices": ENGINE_CHOICES.items(),
-        "tools_choices": Tools.choices,
-        "probe_choices": ProbeStatus.choices,
+        "tools_choices": TOOLS_CHOICES,
+        "probe_choices": PROBE_CHOICES,
         "hybrid_choices": HYBRID_CHOICES.items(),
         "format_choices": FORMAT_CHOICES.items(),
         "drift_choices": DRIFT_CHOICES.items(),
