@@ -375,6 +375,21 @@ def test_a_rows_day_is_the_day_in_the_current_time_zone(client: Client, catalog:
     assert '<time datetime="2026-03-01T23:30:00+00:00">2026-03-01</time>' in body
 
 
+def test_a_samples_counts_are_kept_per_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample counts the models holding every term of a search once (`SearchSample.matching`)
+    and keeps at most `SAMPLE_SEARCHES` counts, starting again past them."""
+    sample = catalog_module.SearchSample(("qwen ggufƈx", "qwen", "gguf llama qwen"))
+    assert sample.matching(["qwen", "gguf"]) == 2
+    assert sample.matching(["gguf", "llama"]) == 1
+    assert (sample.matching(["qwen"]), sample.holding("llama")) == (3, 1 / 3)
+    assert catalog_module.SearchSample().holding("qwen") == 0.0
+    kept = sample._matched
+    assert kept[("qwen", "gguf")] == 2 and len(kept) == 4
+    monkeypatch.setattr(catalog_module, "SAMPLE_SEARCHES", 4)
+    assert sample.matching(["ƈx"]) == 1
+    assert kept == {("ƈx",): 1}
+
+
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:
     response = client.get("/", {"q": "thinker"}, headers={"HX-Request": "true"})
     body = response.content.decode()
