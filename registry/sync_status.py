@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from django.db.models import Exists, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from .models import HubModel, ModelStatus
@@ -241,14 +241,20 @@ def connection_failed() -> Q:
 
 
 def hub_unreachable(now: datetime | None = None) -> bool:
-    """Is the Hub unreachable from here? One query.
+    """Is the Hub unreachable from here? One query, and a second when some model's last sync
+    could not connect.
 
     The failure time of a sync is not stored (`record_failure` writes only the message), so
     "recent" is read from the successes instead: some model's last attempt could not connect,
     and no sync of any Hub model succeeded within `REACHABLE_WINDOW`. A success clears a
     model's `sync_error`, so once the Hub answers again the next sync ends the banner.
-    """
-    cutoff = (now or timezone.now()) - REACHABLE_WINDOW
+
+    The failing models are found first, through the index that holds them alone (registry
+    migration 0020): asked as one query, PostgreSQL read the whole table twice for them and
+    for a recent success, 110 to 135 ms at 100,000 models, each time a web process refreshed
+    its banner (`dashboard.status`, every 30 s)."""
     hub_models = HubModel.objects.filter(is_demo=False).exclude(tracked_via="local")
-    recent_success = hub_models.filter(last_synced_at__gte=cutoff, sync_error="")
-    return hub_models.filter(connection_failed()).filter(~Exists(recent_success)).exists()
+    if not hub_models.exclude(sync_error="").filter(connection_failed()).exists():
+        return False
+    cutoff = (now or timezone.now()) - REACHABLE_WINDOW
+    return not hub_models.filter(last_synced_at__gte=cutoff, sync_error="").exists()
