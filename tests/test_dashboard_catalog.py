@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import CharField
 from django.db.models.expressions import RawSQL
 from django.template import engines
+from django.templatetags.static import static
 from django.test import Client
 from django.urls import reverse, set_script_prefix
 from django.utils import timezone
@@ -26,7 +27,7 @@ from checks.reports import TemplateReport
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
 from dashboard.jinja import day_element, form_menus
-from dashboard.templatetags.dashboard import fixed_url, model_url
+from dashboard.templatetags.dashboard import FRAME_FILES, FRAME_LINKS, fixed_url, frame, model_url
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
 from registry.models import DiscoveryRun, HubModel, ModelStatus
@@ -537,17 +538,25 @@ def test_model_links_are_what_the_urlconf_reverses(org: str, name: str, prefix: 
 
 
 @pytest.mark.parametrize("prefix", ["/", "/cachesafe/"])
-def test_the_frames_links_are_what_the_urlconf_reverses(prefix: str) -> None:
-    """Every page's frame links views that take no argument (`fixed_url`, reversed once per
-    name, script prefix and URLconf): each link is what `{% url %}` gives, under each script
-    prefix."""
-    base = engines["django"].get_template("base.html").template.source  # type: ignore[attr-defined]
-    names = set(re.findall(r'{% fixed_url "([a-z_:]+)" %}', base))
-    assert len(names) == 6 and "{% url" not in base
+def test_the_frames_links_are_what_the_urlconf_and_the_static_files_give(
+    prefix: str, settings: SettingsWrapper
+) -> None:
+    """Every page's frame (`frame`, made once per process, script prefix, URLconf, static URL
+    and DEBUG) links what `{% url %}`, `{% static %}` and `{% htmx_script %}` give, under each
+    script prefix, and so does the Jinja2 templates' `url()` (`fixed_url`)."""
+    htmx = engines["django"].from_string("{% load django_htmx %}{% htmx_script %}")
     set_script_prefix(prefix)
     try:
-        for name in names:
-            assert fixed_url(name) == reverse(name), name
-            assert fixed_url(name).startswith(prefix)
+        made = frame()
+        page = engines["django"].get_template("base.html").render({})
+        for key, name in FRAME_LINKS.items():
+            assert made[key] == reverse(name) == fixed_url(name), name
+            assert made[key].startswith(prefix) and f'href="{made[key]}"' in page
+        for key, path in FRAME_FILES.items():
+            assert made[key] == static(path) and f'"{made[key]}"' in page
+        assert made["htmx"] == htmx.render({}) and made["htmx"] in page
+        assert frame() is made
+        settings.DEBUG = True  # django-htmx adds its debug script
+        assert frame()["htmx"] == htmx.render({}) != made["htmx"]
     finally:
         set_script_prefix("/")
