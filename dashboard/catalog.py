@@ -707,8 +707,8 @@ def index_part(term: str, sample: SearchSample) -> str | None:
     PostgreSQL's trigram index builds a search's candidates from the lists of all its
     trigrams, and a common trigram's list is long: at 100,000 models "corpus-199" (written
     "corpusƀ199") read the lists of "cor" … "sƀ1", each in half the models or more, to find
-    757 candidates in 6.1 ms, where "ƀ199" alone found 978 in 0.3 (docs/dashboard.md, "A
-    term's rare part asks the index")."""
+    757 candidates in 3.3 to 6.1 ms, where "ƀ199" alone found 978 in 0.3 (docs/dashboard.md,
+    "A term's rare part asks the index")."""
     if not sample.models or not term.isalnum():
         return None
     start, end = 0, len(term)

@@ -3,7 +3,7 @@ of the server.
 
 Django checks a kept connection before each request's first query (`CONN_HEALTH_CHECKS`) by
 sending `SELECT 1` and waiting for the answer: a round trip on every page that reads the
-database, 0.25 to 0.45 ms of a catalog page in one process (docs/dashboard.md, "A kept
+database, 0.37 to 0.52 ms of a catalog page in one process (docs/dashboard.md, "A kept
 connection checked without a round trip").
 """
 
