@@ -3,6 +3,9 @@ request's first query without a query, and one the server closed is found and re
 
 from __future__ import annotations
 
+import os
+import resource
+import socket
 import time
 from collections.abc import Iterator
 from typing import cast
@@ -10,9 +13,21 @@ from typing import cast
 import pytest
 from django.db import connection, connections
 
-from cachesafe.db.base import DatabaseWrapper
+from cachesafe.db.base import DatabaseWrapper, waiting
 
 pytestmark = pytest.mark.django_db
+
+
+def test_a_socket_is_waiting_once_its_peer_wrote_or_hung_up() -> None:
+    mine, peer = socket.socketpair()
+    with mine, peer:
+        assert not waiting(mine.fileno())
+        peer.sendall(b"E")  # an unasked message, as the server's last words
+        assert waiting(mine.fileno())
+        mine.recv(1)
+        assert not waiting(mine.fileno())
+        peer.close()  # the end of the stream
+        assert waiting(mine.fileno())
 
 
 @pytest.fixture
@@ -71,3 +86,25 @@ def test_a_connection_the_server_closed_is_found_and_replaced(other: DatabaseWra
 def test_a_closed_connection_is_not_usable(other: DatabaseWrapper) -> None:
     other.connection.close()
     assert not other.is_usable()
+
+
+def test_a_connection_past_descriptor_1023_is_checked_too() -> None:
+    """`select` refuses a descriptor past 1,023: a process holding that many files would have
+    found every connection unusable (`waiting` polls instead)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the backend is PostgreSQL's")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may hold {hard} files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    wrapper = cast(DatabaseWrapper, connections.create_connection("default"))
+    try:
+        wrapper.ensure_connection()
+        assert wrapper.connection.pgconn.socket > 1023
+        assert wrapper.is_usable()
+    finally:
+        wrapper.close()
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

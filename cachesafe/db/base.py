@@ -30,7 +30,17 @@ class DatabaseWrapper(PostgreSQLWrapper):
         if connection is None or connection.closed or connection.broken:
             return False
         try:
-            readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+            return not waiting(connection.pgconn.socket)
         except (OSError, ValueError):  # no socket, or a closed one
             return False
-        return not readable
+
+
+def waiting(socket: int) -> bool:
+    """Whether `socket` has something to read, or has hung up, now (no wait). By `poll`, which
+    takes any descriptor: `select` refuses those past 1,023, and a process holding that many
+    files would have found every connection unusable and opened a new one for each request."""
+    if not hasattr(select, "poll"):  # (Windows)
+        return bool(select.select([socket], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(socket, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
