@@ -91,7 +91,7 @@ def frame() -> dict[str, str]:
 
 @lru_cache(maxsize=64)
 def _frame(script_prefix: str, urlconf: str, static_url: str, debug: bool) -> dict[str, str]:
-    links = {key: reverse(name, urlconf=urlconf) for key, name in FRAME_LINKS.items()}
+    links = {key: _fixed_url(name, script_prefix, urlconf) for key, name in FRAME_LINKS.items()}
     files = {key: static(path) for key, path in FRAME_FILES.items()}
     return {**links, **files, "htmx": htmx_script()}
 
