@@ -385,10 +385,33 @@ def test_a_samples_counts_are_kept_per_search(monkeypatch: pytest.MonkeyPatch) -
     assert (sample.matching(["qwen"]), sample.holding("llama")) == (3, 1 / 3)
     assert catalog_module.SearchSample().holding("qwen") == 0.0
     kept = sample._matched
-    assert kept[("qwen", "gguf")] == 2 and len(kept) == 4
+    assert kept[("qwen", "gguf")] == (2, 0) and len(kept) == 4
     monkeypatch.setattr(catalog_module, "SAMPLE_SEARCHES", 4)
     assert sample.matching(["ƈx"]) == 1
-    assert kept == {("ƈx",): 1}
+    assert kept == {("ƈx",): (1, 0)}
+
+
+def test_a_samples_floor_counts_blocks_not_models() -> None:
+    """The floor a sample puts under a search's matches (`SearchSample.matches_floor`) is one
+    of the table's blocks that hold one: a dozen matches in one sampled block say little more
+    than one, the same dozen across a dozen blocks say more. With every block sampled it is
+    the matches themselves."""
+    clustered = catalog_module.SearchSample(
+        tuple(["org-42 qwen"] * 12 + ["llama"] * 88), tuple([7] * 12 + list(range(88))), 0.01
+    )
+    spread = catalog_module.SearchSample(
+        tuple(["org-42 qwen"] * 12 + ["llama"] * 88), tuple(range(100)), 0.01
+    )
+    assert clustered.matching(["qwen"]) == spread.matching(["qwen"]) == 12
+    assert clustered.matches_floor(["qwen"]) == 0.0  # one block: no bound at 3 deviates
+    # 12 blocks: a Poisson mean of 4.19 at least (the exact bound, 3 deviates one-sided),
+    # over a hundredth.
+    assert spread.matches_floor(["qwen"]) == pytest.approx(419, rel=0.02)
+    assert spread.matches_floor(["gemma"]) == 0.0
+    many = catalog_module.SearchSample(tuple(["qwen"] * 400), tuple(range(400)), 0.01)
+    assert 30_000 < many.matches_floor(["qwen"]) < 40_000  # 40,000 the estimate
+    whole = catalog_module.SearchSample(("qwen", "qwen", "gguf"), (0, 0, 1), 1.0)
+    assert whole.matches_floor(["qwen"]) == 2.0
 
 
 def test_htmx_search_returns_only_the_results_fragment(client: Client, catalog: Catalog) -> None:

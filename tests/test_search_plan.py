@@ -3,6 +3,7 @@ used by the plan for every term; counts capped so a broad term costs no more at 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -380,8 +381,9 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
     "zq" at 100,000 models) and then walks the downloads index through every model to fill a
     page: 70 ms there, against 0.4 ms through the word index. So a search under the count's
     cap reads its page by the keys its count found, without searching again; a broad one
-    walks its order, which finds its matches early: to the cap, its count, with the keys
-    alone, then reads the page's rows by key."""
+    walks its order, which finds its matches early, with the keys alone, then reads the page's
+    rows by key: to the page's rows and no further, uncounted, when the sample holds more
+    matches than the cap."""
     if connection.vendor != "postgresql":
         pytest.skip("plans are PostgreSQL's")
     settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
@@ -405,12 +407,14 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
             body = client.get("/", {"q": term}).content.decode()
         fetches[term] = [q["sql"] for q in queries.captured_queries if listing in q["sql"]]
         assert ("100+ models" in body) == (term == "chat")
+        counted = [q for q in queries.captured_queries if "LIMIT 101" in q["sql"]]
+        assert bool(counted) == (term == "9b")  # (a count reads the cap's keys and one more)
     assert "21 models matching" in client.get("/", {"q": "9b"}).content.decode()
     (rows,) = fetches["9b"]
     assert '"registry_hubmodel"."id" = ANY(' in rows
     assert "search_words" not in rows and "LIKE" not in rows
     walk, read = fetches["chat"]
-    assert "STRPOS" in walk and walk.endswith("LIMIT 101 OFFSET 0") and "ANY(" not in walk
+    assert "STRPOS" in walk and walk.endswith("LIMIT 51 OFFSET 0") and "ANY(" not in walk
     assert '"registry_hubmodel"."id" = ANY(' in read and "LIKE" not in read
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN {rows}")
@@ -509,6 +513,7 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     mixed_catalog()
     monkeypatch.setattr(catalog_module, "COUNT_CAP", 20)
     query = CatalogQuery(q="qwen", sort=order)  # 100 models
+    past_cap = catalog_module.CappedPaginator.past_cap
     ranked = HubModel.objects.search("qwen").order_by(*catalog_module.SORTS[order])
     expected = list(ranked.values_list("repo_id", flat=True))
     assert len(expected) == 100
@@ -518,8 +523,10 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     ) -> tuple[list[str], list[str]]:
         limit = most if sort else None
         monkeypatch.setattr(catalog_module.CappedPaginator, "sort_limit", lambda self, top: limit)
-        # Counted first: not walked to the cap at once, as the search alone would be below.
+        # Counted first: not walked to the cap at once, nor uncounted, as the search alone
+        # would be below.
         monkeypatch.setattr(catalog_module, "WALK_ALONE_SHARE", 2.0)
+        monkeypatch.setattr(catalog_module.CappedPaginator, "past_cap", False)
         shown, sql = [], []
         for number in range(1, 5):
             paginator = catalog_module.CappedPaginator(query, 30)
@@ -566,6 +573,33 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     # To the page asked for: past the cap (20 here) from the first page of 30.
     limits = [sql.rsplit("LIMIT", 1)[1].split() for sql in walks]
     assert limits == [[str(n), "OFFSET", "0"] for n in (31, 61, 91, 121)]
+    # The sample holds every model, 100 of them matches: past the cap for sure. Each page walks
+    # to its own rows, uncounted; the last one, short, has counted them all (past the cap).
+    monkeypatch.setattr(catalog_module.CappedPaginator, "past_cap", past_cap)
+    shown, walks = [], []
+    for number in range(1, 5):
+        paginator = catalog_module.CappedPaginator(replace(query, page=str(number)), 30)
+        with CaptureQueriesContext(connection) as queries:
+            page = paginator.get_page(str(number))
+        assert paginator.past_cap and paginator.walked is None
+        assert paginator.capped and page.has_next() == (number < 4)
+        assert not any(q["sql"].endswith("LIMIT 21") for q in queries.captured_queries)
+        shown += [row.repo_id for row in page]
+        walks += [q["sql"] for q in queries.captured_queries if "STRPOS" in q["sql"]]
+    assert shown == expected
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 200)
+    assert not catalog_module.CappedPaginator(query, 30).past_cap  # 100: no floor past 200
+    # A sample that says more than there are (one read before most of them were deleted): the
+    # last page's short walk counts them, under the cap, and the pager says so.
+    stale = catalog_module.SearchSample(("qwen",) * 500, tuple(range(500)), 1.0)
+    monkeypatch.setattr(catalog_module, "_sample", [(time.monotonic(), stale)])
+    paginator = catalog_module.CappedPaginator(replace(query, page="4"), 30)
+    page = paginator.get_page("4")
+    assert paginator.past_cap and not paginator.capped and paginator.count == 100
+    assert paginator.num_pages == 4 and not page.has_next() and len(page) == 10
+    assert [row.repo_id for row in page] == expected[90:]
+    limits = [sql.rsplit("LIMIT", 1)[1].split() for sql in walks]
+    assert limits == [["31", "OFFSET", str(n)] for n in (0, 30, 60, 90)]
 
 
 def test_a_term_of_a_few_hundred_is_sorted_and_a_broad_one_walked(
