@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -645,11 +646,13 @@ def table_blocks(refresh: bool = False) -> tuple[int, float]:
 @dataclass(frozen=True, slots=True)
 class SearchSample:
     """The searched text (`search_text`) of a sample of the catalog's listed models, one a
-    model, with the table block each was read from."""
+    model, with the table block each was read from and its words (`search_words`)."""
 
     texts: tuple[str, ...] = ()
     #: The table block of each of `texts`.
     blocks: tuple[int, ...] = ()
+    #: The words of each of `texts` (the lexemes of `search_words`), or none read.
+    words: tuple[tuple[str, ...], ...] = ()
     #: The share of the table's blocks the sample drew (1.0: all of them).
     fraction: float = 1.0
     #: `_tally`'s answers so far, by terms (a sample lives `SAMPLE_SECONDS`).
@@ -666,11 +669,12 @@ class SearchSample:
         sample."""
         return self.matching([text]) / len(self.texts) if self.texts else 0.0
 
-    def matching(self, terms: list[str]) -> int:
-        """How many of its models hold every term (`_tally`)."""
-        return self._tally(terms)[0]
+    def matching(self, terms: list[str], words: list[str] | None = None) -> int:
+        """How many of its models hold every term and a word starting with every one of
+        `words` (`_tally`)."""
+        return self._tally(terms, words or [])[0]
 
-    def matches_floor(self, terms: list[str]) -> float:
+    def matches_floor(self, terms: list[str], words: list[str] | None = None) -> float:
         """A floor under how many of the catalog's listed models hold every term, wrong for
         about one search in 740 (`SURE_DEVIATES`): the table's blocks that hold such a model.
         SYSTEM sampling draws each block with chance `fraction`, so the sampled blocks that
@@ -679,7 +683,7 @@ class SearchSample:
         blocks and not of models, because models sit in blocks together: an organisation's
         models were written together, and one sampled block can hold a dozen of them. With
         every block sampled, the models it holds."""
-        matched, blocks = self._tally(terms)
+        matched, blocks = self._tally(terms, words or [])
         if self.fraction >= 1.0:
             return float(matched)
         if not blocks:
@@ -687,19 +691,27 @@ class SearchSample:
         root = 1 - 1 / (9 * blocks) - SURE_DEVIATES / (3 * math.sqrt(blocks))
         return blocks * max(root, 0.0) ** 3 / self.fraction
 
-    def _tally(self, terms: list[str]) -> tuple[int, int]:
-        """How many of its models hold every term, and in how many blocks, counted once per
-        sample and terms (up to `SAMPLE_SEARCHES` of them; then counted again): 0.11 to 0.2 ms
-        at 100,000 models, on every page of a search. Counted a model at a time: counting a
-        term in the whole sample at once counted "qwen" three times a model (its repo id,
-        family and model type), and two terms as the rarer one alone ("qwen gguf": 11% of the
-        catalog where 2.7% hold both)."""
-        key = tuple(terms)
+    def _tally(self, terms: list[str], words: list[str]) -> tuple[int, int]:
+        """How many of its models hold every term and a word starting with every one of
+        `words` (as the word index finds a word term, `word_query`), and in how many blocks,
+        counted once per sample and search (up to `SAMPLE_SEARCHES` of them; then counted
+        again): 0.11 to 0.2 ms at 100,000 models, on every page of a search. Counted a model
+        at a time: counting a term in the whole sample at once counted "qwen" three times a
+        model (its repo id, family and model type), and two terms as the rarer one alone
+        ("qwen gguf": 11% of the catalog where 2.7% hold both). A sample without words holds
+        no model for a word."""
+        key = (*terms, "", *words) if words else tuple(terms)
         tally = self._matched.get(key)
         if tally is None:
             found = list(range(len(self.texts)))
             for term in terms:  # the rarest first would read less; any order gives the same
                 found = [i for i in found if term in self.texts[i]]
+            for word in words:
+                found = [
+                    i
+                    for i in found
+                    if i < len(self.words) and any(w.startswith(word) for w in self.words[i])
+                ]
             tally = (len(found), len({self.blocks[i] for i in found}) if self.blocks else 0)
             if len(self._matched) >= SAMPLE_SEARCHES:
                 self._matched.clear()
@@ -723,17 +735,29 @@ def search_sample() -> SearchSample:
         # The models the catalog lists (`CatalogQuery._matching`): a repo the Hub never had is
         # not one of a search's matches.
         cursor.execute(
-            f"SELECT {BLOCK.sql}, search_text "
+            f"SELECT {BLOCK.sql}, search_text, search_words::text "
             f'FROM "{HubModel._meta.db_table}" TABLESAMPLE SYSTEM (%s) REPEATABLE (%s) '
             "WHERE NOT (status = %s AND current_snapshot_id IS NULL)",
             [percent, SAMPLE_SEED, ModelStatus.MISSING],
         )
-        read = [(block, text) for block, text in cursor.fetchall() if text]
+        read = [row for row in cursor.fetchall() if row[1]]
     sample = SearchSample(
-        tuple(text for _, text in read), tuple(block for block, _ in read), percent / 100
+        texts=tuple(text for _, text, _ in read),
+        blocks=tuple(block for block, _, _ in read),
+        words=tuple(lexemes(words or "") for _, _, words in read),
+        fraction=percent / 100,
     )
     _sample[:] = [(now, sample)]
     return sample
+
+
+#: A lexeme in a `tsvector`'s text: quoted, a quote in it doubled.
+LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+
+def lexemes(vector: str) -> tuple[str, ...]:
+    """The words of a `tsvector` as PostgreSQL writes it (`'chat':2 'it''s':5,7`)."""
+    return tuple(word.replace("''", "'") for word in LEXEME.findall(vector))
 
 
 def index_part(term: str, sample: SearchSample) -> str | None:
@@ -953,16 +977,29 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
 
     @cached_property
     def past_cap(self) -> bool:
-        """A search alone that the catalog's sample says surely has more matches than the
-        count's cap (`SearchSample.matches_floor`), and that the sorted read does not take
-        (`rare`): its page walks its order's covering index to the page's rows and no
-        further, and it says "200+" without counting. Counting first read the trigram
-        index's lists of every term, however many models hold them: for "qwen gguf" at
+        """A search with no filter, in one of `SORTED_READ`'s orders, that the catalog's
+        sample says surely has more matches than the count's cap
+        (`SearchSample.matches_floor`) and that the sorted read does not take (`rare`; for a
+        search with a word term, the sample's estimate past `break_even`): its page walks its
+        order's index to the page's rows and no further (a search alone, its covering index;
+        one with a word, the table), and it says "200+" without counting. Counting first read
+        the index's lists of every term, however many models hold them: for "qwen gguf" at
         100,000 models (a tenth and a quarter of the catalog), 3.3 ms of an 11.4 ms page. A
         walk that comes up short has counted every match, and the page says how many."""
-        if not self.alone or self.rare is not None or self.terms is None:
+        if not self.unfiltered or self.query.sort not in SORTED_READ or self.rare is not None:
             return False
-        return search_sample().matches_floor(self.terms) > COUNT_CAP
+        texts = [term for term, word in self.written if not word]
+        words = [term for term, word in self.written if word]
+        if not words:
+            return bool(texts) and search_sample().matches_floor(texts) > COUNT_CAP
+        sample = search_sample()
+        if sample.matches_floor(texts, words) <= COUNT_CAP:
+            return False
+        table, per_block = table_blocks()
+        models = table * per_block
+        share = (sample.matching(texts, words) + 1) / (sample.models + 2)
+        top = self._number() * self.per_page + 1
+        return share * models >= min(SORT_CAP, break_even(top, models))
 
     @cached_property
     def walked(self) -> list[int] | None:
@@ -1046,11 +1083,14 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         elif rare is not None:  # more matches than it may sort: the walk
             self._learn_more_than(rare.most)
         elif self.past_cap:
-            walk = self._walk_keys(bottom, top)
-            if len(walk) <= self.per_page and (walk or not bottom):  # every match: counted
-                self.count = min(bottom + len(walk), COUNT_CAP + 1)
+            if self.alone:
+                shown = self._keyed_rows(self._walk_keys(bottom, top))
+            else:
+                listing = self._read_kept("listing", top - bottom, bottom)
+                shown = [CatalogRow.of(row) for row in listing]
+            if len(shown) <= self.per_page and (shown or not bottom):  # every match: counted
+                self.count = min(bottom + len(shown), COUNT_CAP + 1)
                 self.__dict__.pop("num_pages", None)  # (Paginator's, from the count)
-            shown = self._keyed_rows(walk)
             if not self.capped:
                 return Page(shown, number, self)
         elif self.capped:

@@ -397,10 +397,12 @@ def test_a_samples_floor_counts_blocks_not_models() -> None:
     than one, the same dozen across a dozen blocks say more. With every block sampled it is
     the matches themselves."""
     clustered = catalog_module.SearchSample(
-        tuple(["org-42 qwen"] * 12 + ["llama"] * 88), tuple([7] * 12 + list(range(88))), 0.01
+        tuple(["org-42 qwen"] * 12 + ["llama"] * 88),
+        tuple([7] * 12 + list(range(88))),
+        fraction=0.01,
     )
     spread = catalog_module.SearchSample(
-        tuple(["org-42 qwen"] * 12 + ["llama"] * 88), tuple(range(100)), 0.01
+        tuple(["org-42 qwen"] * 12 + ["llama"] * 88), tuple(range(100)), fraction=0.01
     )
     assert clustered.matching(["qwen"]) == spread.matching(["qwen"]) == 12
     assert clustered.matches_floor(["qwen"]) == 0.0  # one block: no bound at 3 deviates
@@ -408,9 +410,9 @@ def test_a_samples_floor_counts_blocks_not_models() -> None:
     # over a hundredth.
     assert spread.matches_floor(["qwen"]) == pytest.approx(419, rel=0.02)
     assert spread.matches_floor(["gemma"]) == 0.0
-    many = catalog_module.SearchSample(tuple(["qwen"] * 400), tuple(range(400)), 0.01)
+    many = catalog_module.SearchSample(tuple(["qwen"] * 400), tuple(range(400)), fraction=0.01)
     assert 30_000 < many.matches_floor(["qwen"]) < 40_000  # 40,000 the estimate
-    whole = catalog_module.SearchSample(("qwen", "qwen", "gguf"), (0, 0, 1), 1.0)
+    whole = catalog_module.SearchSample(("qwen", "qwen", "gguf"), (0, 0, 1), fraction=1.0)
     assert whole.matches_floor(["qwen"]) == 2.0
 
 

@@ -591,7 +591,7 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     assert not catalog_module.CappedPaginator(query, 30).past_cap  # 100: no floor past 200
     # A sample that says more than there are (one read before most of them were deleted): the
     # last page's short walk counts them, under the cap, and the pager says so.
-    stale = catalog_module.SearchSample(("qwen",) * 500, tuple(range(500)), 1.0)
+    stale = catalog_module.SearchSample(("qwen",) * 500, tuple(range(500)), fraction=1.0)
     monkeypatch.setattr(catalog_module, "_sample", [(time.monotonic(), stale)])
     paginator = catalog_module.CappedPaginator(replace(query, page="4"), 30)
     page = paginator.get_page("4")
@@ -790,3 +790,49 @@ def test_a_low_estimate_reads_no_further_than_the_break_even_then_walks(
         learned[1],
     )
     assert sorting_reads(CatalogQuery(q="okapi", hybrid="no")) == 1  # forgotten: tried again
+
+
+def test_a_search_the_sample_holds_past_the_cap_is_not_counted(
+    client: Client, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search with no filter that the catalog's sample surely holds more matches of than the
+    cap reads no count: its page walks its order to the page's rows, a word's search through
+    the table, and says "50+". One the sample holds fewer of is counted as before."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the sample and the word index are PostgreSQL's")
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    monkeypatch.setattr(catalog_module, "COUNT_CAP", 50)
+    monkeypatch.setattr(catalog_module, "_table", [])
+    monkeypatch.setattr(catalog_module, "SAMPLE_BLOCKS", 10**6)  # every model: no chance
+    monkeypatch.setattr(catalog_module, "_sample", [])
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE registry_hubmodel CASCADE")
+    many_models(1200)  # "…-3b" in 172 models, "qwen" in 200, both in 28
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE registry_hubmodel")
+    assert catalog_module.lexemes("'chat':2 'it''s':5,7 '3b':1") == ("chat", "it's", "3b")
+    sample = catalog_module.search_sample()
+    assert sample.matching([], ["3b"]) == 172 and sample.matches_floor(["qwen"], ["3b"]) == 28
+    assert sample.matching([], ["b"]) == 0 < sample.matching(["b"])  # a word's start only
+
+    def read(q: str) -> tuple[str, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get("/", {"q": q}).content.decode()
+        return body, [query["sql"] for query in queries.captured_queries]
+
+    for q in ("3b", "3b chat"):
+        paginator = catalog_module.CappedPaginator(CatalogQuery(q=q), 50)
+        assert paginator.past_cap and paginator.capped, q
+        body, sql = read(q)
+        assert "50+ models" in body
+        assert not any(s.endswith("LIMIT 51") for s in sql), sql  # no count
+        (listing,) = [s for s in sql if "search_words" in s]
+        assert "ORDER BY" in listing and listing.endswith("LIMIT 51 OFFSET 0")
+        expected = HubModel.objects.search(q).order_by("-downloads", "repo_id")[:50]
+        shown = [row.repo_id for row in paginator.page(1)]
+        assert shown == list(expected.values_list("repo_id", flat=True))
+    body, sql = read("3b qwen")  # 28 models: counted
+    assert "28 models" in body and any(s.endswith("LIMIT 51") for s in sql)
+    assert not catalog_module.CappedPaginator(CatalogQuery(q="3b qwen"), 50).past_cap
+    # With a filter the sample says nothing: counted.
+    assert not catalog_module.CappedPaginator(CatalogQuery(q="3b", hybrid="no"), 50).past_cap
