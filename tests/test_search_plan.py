@@ -256,13 +256,24 @@ def test_a_search_alone_walks_its_orders_index_without_the_table(order: str, ind
     plan = analyzed_plan(CatalogQuery(q="chat", sort=order).keys_in_order()[:201])
     assert f"Index Only Scan using {index} on registry_hubmodel" in plan, plan
     assert "Sort" not in plan and "search_text" in plan, plan
+    # The walk's rows, read by key in the same statement: the walk is the same.
+    sql, params = catalog_module.search_statement("walked rows", order, (catalog_module.TEXT,))
+    values: dict[str, Any] = catalog_module.term_values(search_terms("chat"))
+    values |= {catalog_module.KEYS_LIMIT: 51, catalog_module.KEYS_OFFSET: 0}
+    with connection.cursor() as cursor:
+        bound = [values.get(p, p) if isinstance(p, str) else p for p in params]
+        cursor.execute(f"EXPLAIN {sql}", [*bound, 51, 0])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert f"Index Only Scan using {index} on registry_hubmodel" in plan, plan
+    assert "Index Scan using registry_hubmodel_pkey" in plan, plan
 
 
 @pytest.mark.parametrize("order", sorted(catalog_module.SORTED_READ))
 def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
     """A search with no filter runs statements kept for its order and the kinds of its terms
-    (`search_statement`): its first keys, its sorted read, its listing and (with no word
-    among its terms) its walk each give what the ORM's query of that search gives, for any
+    (`search_statement`): its first keys, its sorted read (with its page's rows), its listing
+    and (with no word among its terms) its walk (and the walk's rows) each give what the ORM's
+    query of that search gives, for any
     terms (`LIKE`'s wildcards and escape among them, words of one or two letters, none), each
     asked of the trigram index whole, by the part the catalog picks (`index_parts`) or by
     another part of it; a search of other terms of the same kinds runs the same statements."""
@@ -294,13 +305,22 @@ def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
             if catalog_module.WORD not in kinds:
                 assert [pk for (pk,) in run("walk", 1000, 0)] == in_order, (q, parts)
                 assert [pk for (pk,) in run("walk", 12, 7)] == in_order[7:19], (q, parts)
+                walked = {**values, catalog_module.KEYS_LIMIT: 12, catalog_module.KEYS_OFFSET: 7}
+                rows = run("walked rows", 12, 0, values=walked)
+                assert rows == listed[7:19], (q, parts)
             found = query.models().order_by().values_list("pk", catalog_module.BLOCK)
             assert sorted(run("found", 1000)) == sorted(found), (q, parts)
             assert len(run("found", 3)) == min(3, len(in_order)), (q, parts)
-            ((count, keys),) = run("sorted", 1000, 12, 7)
-            assert (count, keys) == (len(in_order), in_order[7:19]), (q, parts)
-            ((count, _),) = run("sorted", 5, 12, 0)  # read no further than the limit
-            assert count == min(5, len(in_order)), (q, parts)
+            page: dict[str, int] = {catalog_module.KEYS_LIMIT: 12, catalog_module.KEYS_OFFSET: 7}
+            page[catalog_module.SORT_MOST] = 999
+            read = run("sorted rows", 12, 0, values={**values, **page})
+            assert {row[-1] for row in read} == {len(in_order)}, (q, parts)
+            assert [row[:-1] for row in read if row[0] is not None] == listed[7:19], (q, parts)
+            # Read no further than the limit; past it, no row is read.
+            page |= {catalog_module.SORT_MOST: 4}
+            read = run("sorted rows", 12, 0, values={**values, **page})
+            assert [row[-1] for row in read] == [min(5, len(in_order))], (q, parts)
+            assert all(row[:-1] == (None,) * len(LIST_FIELDS) for row in read), (q, parts)
     text = (catalog_module.TEXT,)
     assert [
         HubModel.objects.get(pk=pk).repo_id
@@ -308,10 +328,10 @@ def test_a_search_reads_the_statements_kept_for_its_shape(order: str) -> None:
             kept("found", order, text), catalog_module.term_values([("50%", False)]), 5
         )
     ] == ["org-9/qwen_x-50%"]
-    # A shape's statements, not a search's: found, sorted and listing for each, and the walk
-    # for each without a word.
+    # A shape's statements, not a search's: found, sorted rows and listing for each, and the
+    # walk and its rows for each without a word.
     walks = sum(1 for kinds in shapes if catalog_module.WORD not in kinds)
-    assert kept.cache_info().currsize == 3 * len(shapes) + walks
+    assert kept.cache_info().currsize == 3 * len(shapes) + 2 * walks
     assert (catalog_module.PART,) in shapes and (catalog_module.TEXT,) in shapes
 
 
@@ -413,9 +433,10 @@ def test_under_the_cap_a_page_is_read_through_the_search_index(
     (rows,) = fetches["9b"]
     assert '"registry_hubmodel"."id" = ANY(' in rows
     assert "search_words" not in rows and "LIKE" not in rows
-    walk, read = fetches["chat"]
-    assert "STRPOS" in walk and walk.endswith("LIMIT 51 OFFSET 0") and "ANY(" not in walk
-    assert '"registry_hubmodel"."id" = ANY(' in read and "LIKE" not in read
+    (walked,) = fetches["chat"]  # the walk's keys and their rows: one statement
+    assert "STRPOS" in walked and "LIKE" not in walked
+    assert '"registry_hubmodel"."id" = ANY(ARRAY(SELECT' in walked
+    assert "LIMIT 51 OFFSET 0))) ORDER BY" in walked and walked.endswith("LIMIT 51 OFFSET 0")
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN {rows}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
@@ -598,7 +619,8 @@ def test_a_capped_page_is_the_same_walked_or_sorted(
     assert paginator.past_cap and not paginator.capped and paginator.count == 100
     assert paginator.num_pages == 4 and not page.has_next() and len(page) == 10
     assert [row.repo_id for row in page] == expected[90:]
-    limits = [sql.rsplit("LIMIT", 1)[1].split() for sql in walks]
+    # The walk's own limit and offset (the rows' are the statement's last: 31 from 0).
+    limits = [sql.split("LIMIT")[-2].replace(")", " ").split()[:3] for sql in walks]
     assert limits == [["31", "OFFSET", str(n)] for n in (0, 30, 60, 90)]
 
 
@@ -686,6 +708,7 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
         assert counted in body
         assert not counts  # no count first
         assert sum("MATERIALIZED" in s for s in sql) == 1
+        assert not any("= ANY('{" in s for s in sql)  # its rows read in the same statement
         positions = [body.index(f">{repo_id}</a>") for repo_id in expected[:20]]
         assert positions == sorted(positions)  # the catalog's order
     # Page 5 of a search with two pages of 10: the last page, sorted.
@@ -699,6 +722,7 @@ def test_a_search_the_sample_says_is_rare_is_read_sorted_at_once(
     paginator = catalog_module.CappedPaginator(CatalogQuery(q="chat"), 10)
     assert paginator.capped and paginator.rare is not None
     assert paginator.rare.matches == paginator.rare.most + 1
+    assert paginator.rare.rows == []  # more than it may sort: no row read
     # Its limit is priced against the walk through the table, though this search alone walks
     # its covering index for less: let go, it would be counted first, and that comes on top.
     table, per_block = catalog_module.table_blocks()
