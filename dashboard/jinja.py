@@ -18,7 +18,8 @@ from markupsafe import Markup
 from dashboard.templatetags.dashboard import (
     catalog_url,
     fixed_url,
-    model_url,
+    model_path,
+    model_url_stem,
     percent,
     sentences,
     thousands,
@@ -83,9 +84,10 @@ def day_element(moment: datetime, zone: tzinfo) -> Markup:
     attribute (what the Django template language's `date:'Y-m-d'` and `date:'c'` print), in
     `zone`: the current time zone, which a page looks up once for all its rows
     (`current_zone`). Looked up for each row, with `strftime` for the day, it took 11.9 µs a
-    row, 3.2 now: about 0.4 ms of a page of 50 (in one process, best of five)."""
-    local = moment.astimezone(zone)  # digits and separators: nothing to escape
-    return Markup(f'<time datetime="{local.isoformat()}">{local.date().isoformat()}</time>')
+    row, 3.2 with the zone looked up once, and less with the day cut from the moment's own
+    ISO form."""
+    local = moment.astimezone(zone).isoformat()  # digits and separators: nothing to escape
+    return Markup(f'<time datetime="{local}">{local[:10]}</time>')
 
 
 def environment(**options: Any) -> Environment:
@@ -93,7 +95,7 @@ def environment(**options: Any) -> Environment:
     env.globals.update(
         menu=form_menus(env),
         url=lambda name, *args: reverse(name, args=args) if args else fixed_url(name),
-        model_url=model_url,
+        model_url_stem=model_url_stem,
         labels=LABELS,
         current_zone=timezone.get_current_timezone,
     )
@@ -105,5 +107,6 @@ def environment(**options: Any) -> Environment:
         thousands=thousands,
         verdict_label=verdict_label,
         day_element=day_element,
+        model_path=model_path,
     )
     return env

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -27,7 +28,15 @@ from checks.reports import TemplateReport
 from dashboard import catalog as catalog_module
 from dashboard import views as views_module
 from dashboard.jinja import day_element, form_menus
-from dashboard.templatetags.dashboard import FRAME_FILES, FRAME_LINKS, fixed_url, frame, model_url
+from dashboard.templatetags.dashboard import (
+    FRAME_FILES,
+    FRAME_LINKS,
+    fixed_url,
+    frame,
+    model_path,
+    model_url,
+    model_url_stem,
+)
 from dashboard.urls import RepoPartConverter
 from registry.demo import DEMO_MODELS, seed_demo_catalog
 from registry.models import DiscoveryRun, HubModel, ModelStatus
@@ -558,8 +567,20 @@ def test_model_links_are_what_the_urlconf_reverses(org: str, name: str, prefix: 
     set_script_prefix(prefix)
     try:
         assert model_url(f"{org}/{name}") == reverse("dashboard:model", args=[org, name])
+        # As the catalog's rows write it: the stem once a page, each row's path.
+        assert model_url_stem() + model_path(f"{org}/{name}") == model_url(f"{org}/{name}")
     finally:
         set_script_prefix("/")
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(org=st.text(min_size=1).filter(lambda s: "/" not in s), name=st.text(min_size=1))
+def test_a_plain_repo_ids_path_is_what_quoting_gives(org: str, name: str) -> None:
+    """A repo id that quoting would leave as it is skips quoting (`model_path`); any other
+    is quoted part by part, a slash in its name too."""
+    expected = f"{quote(org, safe='')}/{quote(name, safe='')}/"
+    assert model_path(f"{org}/{name}") == expected
+    assert model_path("Qwen/Qwen2.5-7B_Instruct.v1~x") == "Qwen/Qwen2.5-7B_Instruct.v1~x/"
 
 
 @pytest.mark.parametrize("prefix", ["/", "/cachesafe/"])

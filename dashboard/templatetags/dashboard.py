@@ -38,8 +38,14 @@ def short(value: str | None, length: int = 12) -> str:
 @register.simple_tag
 def model_url(repo_id: str, *rest: object) -> str:
     """`{% model_url repo_id %}` → /m/<org>/<name>/ (a repo id holds exactly one slash)."""
-    org, name = repo_id.split("/", 1)
-    return f"{_model_url_stem(get_script_prefix())}{quote(org, safe='')}/{quote(name, safe='')}/"
+    return f"{model_url_stem()}{model_path(repo_id)}"
+
+
+def model_url_stem() -> str:
+    """What comes before the repo id in a model page's URL (`model_url`), under the
+    thread's script prefix: a page of 50 rows looks it up once (`model_path` then gives each
+    row's), where a lookup of the script prefix a row cost about 1.5 µs."""
+    return _model_url_stem(get_script_prefix())
 
 
 @cache
@@ -47,6 +53,20 @@ def _model_url_stem(script_prefix: str) -> str:
     """What comes before the repo id in a model page's URL, asked of the URLconf once per
     script prefix: `reverse()` cost 40 µs, and a catalog page links 50 models."""
     return reverse("dashboard:model", args=["o", "n"]).removesuffix("o/n/")
+
+
+#: A repo id whose two parts `quote` leaves as they are (letters, digits, `_.-~`): most.
+_PLAIN_REPO_ID = re.compile(r"[A-Za-z0-9_.~-]+/[A-Za-z0-9_.~-]+")
+
+
+def model_path(repo_id: str) -> str:
+    """The part of a model page's URL after `model_url_stem`: `<org>/<name>/`, each part
+    quoted (a repo id holds exactly one slash). A repo id that quoting leaves as it is is
+    its own path: two `quote` calls cost 50 rows about 0.15 ms."""
+    if _PLAIN_REPO_ID.fullmatch(repo_id):
+        return f"{repo_id}/"
+    org, name = repo_id.split("/", 1)
+    return f"{quote(org, safe='')}/{quote(name, safe='')}/"
 
 
 def fixed_url(name: str) -> str:
