@@ -46,6 +46,7 @@ from .catalog import (
 from .page_cache import cached_page, shows
 from .probes import ProbeQueue, latest_probe
 from .stored_reports import failing_pairs, rebuild
+from .templatetags.dashboard import model_path, model_url, model_url_stem
 
 #: Largest body accepted by `POST /api/models` (a repo id needs a few hundred bytes).
 TRACK_BODY_BYTES = 64 * 1024
@@ -134,15 +135,23 @@ def _absolute(request: HttpRequest, url: str) -> str:
 
 
 def _model_url(repo_id: str) -> str:
-    org, name = repo_id.split("/", 1)
-    return reverse("dashboard:model", args=[org, name])
+    return model_url(repo_id)  # what `reverse` gives (tests/test_dashboard_catalog.py)
+
+
+def model_url_base(request: HttpRequest) -> str:
+    """The absolute URL of a model page up to its repo id's path (`model_path`), built once
+    for a list: `reverse` and `build_absolute_uri` for each of 50 rows cost 0.65 ms of the
+    0.76 its rows took (in one process)."""
+    return _absolute(request, model_url_stem())
 
 
 def _when(moment: Any) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def model_row(request: HttpRequest, row: CatalogRow) -> dict[str, Any]:
+def model_row(request: HttpRequest, row: CatalogRow, base: str | None = None) -> dict[str, Any]:
+    """A catalog row as the API lists it; `base`: `model_url_base(request)`, when the caller
+    lists many."""
     catalog = row.verdicts
     return {
         "repo_id": row.repo_id,
@@ -163,7 +172,7 @@ def model_row(request: HttpRequest, row: CatalogRow) -> dict[str, Any]:
         "drift": row.drift,
         "downloads": row.downloads,
         "last_template_change_at": _when(row.last_template_change_at),
-        "url": _absolute(request, _model_url(row.repo_id)),
+        "url": (base or model_url_base(request)) + model_path(row.repo_id),
         "setup_verdict": row.setup_verdict,
     }
 
@@ -317,10 +326,11 @@ def model_list_payload(request: HttpRequest, query: CatalogQuery) -> dict[str, A
     paginator = CappedPaginator(query, PAGE_SIZE)
     page = paginator.get_page(query.page)
     shows(request, (row.repo_id for row in page), reads_verdicts=query.reads_verdicts)
-    base = reverse("dashboard:api_models")
+    listing = reverse("dashboard:api_models")
+    base = model_url_base(request)
 
     def link(number: int) -> str:
-        return _absolute(request, base + query.url(page=str(number)))
+        return _absolute(request, listing + query.url(page=str(number)))
 
     return {
         "count": paginator.shown_count,
@@ -329,7 +339,7 @@ def model_list_payload(request: HttpRequest, query: CatalogQuery) -> dict[str, A
         "pages": paginator.num_pages,
         "next": link(page.next_page_number()) if page.has_next() else None,
         "previous": link(page.previous_page_number()) if page.has_previous() else None,
-        "results": [model_row(request, row) for row in page],
+        "results": [model_row(request, row, base) for row in page],
     }
 
 
