@@ -10,7 +10,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.urls import resolve
+from django.urls import resolve, reverse
 
 from dashboard import api
 from dashboard import catalog as catalog_module
@@ -44,6 +44,12 @@ def test_list_searches_and_filters_like_the_catalog(client: Client, catalog: Cat
     assert first["repo_id"] == "cachesafe-demo/chatml-tools-7b"
     assert first["verdict"] == "safe" and first["tools"] == "safe"
     assert first["url"] == "http://testserver/m/cachesafe-demo/chatml-tools-7b/"
+    # Every row's link is the URLconf's. A repo id the Hub would refuse (none is, but the
+    # table takes any) gets its parts quoted, as the catalog page links it, not an error.
+    for row in everything["results"]:
+        org, name = row["repo_id"].split("/", 1)
+        url = reverse("dashboard:model", args=[org, name])
+        assert row["url"] == f"http://testserver{url}"
     unsafe = get_json(client, "/api/models", q="demo", verdict="unsafe")
     assert {m["repo_id"] for m in unsafe["results"]} == {
         "cachesafe-demo/marker-chat-8b",
@@ -54,6 +60,9 @@ def test_list_searches_and_filters_like_the_catalog(client: Client, catalog: Cat
     pending = get_json(client, "/api/models", verdict="pending")["results"]
     assert [m["repo_id"] for m in pending] == [PENDING_REPO]
     assert pending[0]["thinking"] is None  # not checked: nothing known per variant
+    HubModel.objects.create(repo_id="odd org/na me?#%", author="odd org", downloads=10**9)
+    (odd,) = get_json(client, "/api/models", author="odd org")["results"]
+    assert odd["url"] == "http://testserver/m/odd%20org/na%20me%3F%23%25/"
 
 
 def test_list_pages_link_to_each_other(client: Client, catalog: Catalog) -> None:
