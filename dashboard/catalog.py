@@ -641,11 +641,12 @@ SAMPLE_SEARCHES = 10_000
 #: A trigram at either end of a term that this share of the catalog's models or more hold is
 #: not asked of the trigram index (`index_part`): its list is a fifth of the catalog or more.
 COMMON_TRIGRAM = 0.2
-#: How sure the sample must be that a search alone has more matches than the count's cap
-#: before its pages skip the count (`CappedPaginator.past_cap`): the normal deviates of the
-#: one-sided bound `SearchSample.matches_floor` gives, 3 (wrong for about one search in 740
-#: of those whose floor it puts past the cap, and then only in saying "200+" for a few dozen
-#: to 200 models, on a first page that is full).
+#: How sure the sample must be that a search with no filter has more matches than the
+#: count's cap before its pages skip the count (`CappedPaginator.past_cap`): the normal
+#: deviates of the one-sided bound `SearchSample.matches_floor` gives, 3. A search with no
+#: more matches than the cap is put past it by about one sample in 740 (a sample is the
+#: same blocks while the table keeps its size, so for that long), and then it says "200+"
+#: for 51 to 200 models, on a first page that is full: fewer, and the walk counts them.
 SURE_DEVIATES = 3.0
 SAMPLE_SEED = 1
 _sample: list[tuple[float, SearchSample]] = []
@@ -718,8 +719,9 @@ class SearchSample:
         return self._tally(terms, words or [])[0]
 
     def matches_floor(self, terms: list[str], words: list[str] | None = None) -> float:
-        """A floor under how many of the catalog's listed models hold every term, wrong for
-        about one search in 740 (`SURE_DEVIATES`): the table's blocks that hold such a model.
+        """A floor under how many of the catalog's listed models hold every term, above the
+        true number for about one sample in 740 (`SURE_DEVIATES`): the table's blocks that
+        hold such a model.
         SYSTEM sampling draws each block with chance `fraction`, so the sampled blocks that
         hold one are a Poisson count with mean `fraction` times the table's; the floor is the
         one-sided lower bound of that mean (Wilson and Hilferty's), over `fraction`. A floor of
