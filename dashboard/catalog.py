@@ -492,7 +492,7 @@ def search_statement(read: str, sort: str, kinds: tuple[str, ...]) -> tuple[str,
     )
     rows, rows_params = rows_of_keys(keys, (SORT_MOST, KEYS_LIMIT, KEYS_OFFSET), sort)
     return (
-        f"WITH found ({', '.join(SORTED_COLUMNS)}) AS MATERIALIZED ({sql} LIMIT %s + 1) "
+        f"{found_matches(sql, '%s + 1')} "
         "SELECT page.*, counted.n FROM (SELECT count(*) AS n FROM found) AS counted "
         f"LEFT JOIN LATERAL ({rows}) AS page ON true ORDER BY {SORTED_READ[sort]}",
         (*params, SORT_MOST, *rows_params),
@@ -512,13 +512,19 @@ def rows_of_keys(keys: str, params: tuple[Any, ...], sort: str) -> tuple[str, tu
     return f"{head}= ANY(ARRAY({keys})){tail}", (*keyed[:at], *params, *keyed[at + 1 :])
 
 
+def found_matches(matches: str, limit: str) -> str:
+    """The sorted read's `found`: the rows of `matches` (each match's `SORTED_COLUMNS`, in no
+    order) up to `limit`, read once into a materialized set."""
+    return f"WITH found ({', '.join(SORTED_COLUMNS)}) AS MATERIALIZED ({matches} LIMIT {limit})"
+
+
 def sorted_read(matches: str, sort: str) -> str:
     """A sorted read of the rows of `matches` (each match's `SORTED_COLUMNS`, in no order):
     they are read into a materialized set, up to a limit (its first parameter after those of
     `matches`), counted and sorted in `sort`'s order, and the keys of one page of them
     returned (its last two: the page's size and offset)."""
     return (
-        f"WITH found ({', '.join(SORTED_COLUMNS)}) AS MATERIALIZED ({matches} LIMIT %s) "
+        f"{found_matches(matches, '%s')} "
         "SELECT (SELECT count(*) FROM found), ARRAY(SELECT pk FROM found "
         f"ORDER BY {SORTED_READ[sort]} LIMIT %s OFFSET %s)"
     )
