@@ -583,6 +583,19 @@ def test_a_plain_repo_ids_path_is_what_quoting_gives(org: str, name: str) -> Non
     assert model_path("Qwen/Qwen2.5-7B_Instruct.v1~x") == "Qwen/Qwen2.5-7B_Instruct.v1~x/"
 
 
+def test_a_repo_id_without_a_slash_is_listed_not_an_error(client: Client) -> None:
+    """The service writes none (`validate_repo_id`), but the table takes any: a row without
+    a slash must not take down every page that lists it."""
+    HubModel.objects.create(repo_id="noslash", author="noslash", downloads=10**9)
+    page = client.get(reverse("dashboard:catalog"))
+    assert page.status_code == 200
+    assert 'href="/m/noslash//"' in page.content.decode()
+    listed = client.get("/api/models", {"author": "noslash"})
+    assert listed.status_code == 200
+    assert listed.json()["results"][0]["url"] == "http://testserver/m/noslash//"
+    assert client.get("/m/noslash//").status_code == 404
+
+
 @pytest.mark.parametrize("prefix", ["/", "/cachesafe/"])
 def test_the_frames_links_are_what_the_urlconf_and_the_static_files_give(
     prefix: str, settings: SettingsWrapper
