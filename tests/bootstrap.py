@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="cachesafe-hf-")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -15,3 +16,7 @@ os.environ["HF_TOKEN"] = ""
 os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 # A folder of its own, so a test run never shares the embedded broker or database of `make run`.
 os.environ.setdefault("CACHESAFE_VAR_DIR", tempfile.mkdtemp(prefix="cachesafe-test-var-"))
+# And cache keys of its own in Redis, which outlives a run: a page another run (or `make run`)
+# kept there, with the lock of a render that raised, was served to this run's tests as stale
+# for the lock's life. Child processes inherit it, so they share this run's keys.
+os.environ.setdefault("CACHESAFE_CACHE_PREFIX", f"cachesafe-test-{uuid.uuid4().hex[:12]}")

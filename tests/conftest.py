@@ -71,17 +71,53 @@ def nothing_learned_of_searches() -> Iterator[None]:
         kept.clear()
 
 
+def run_cache_keys(pattern: str = "*") -> Iterator[tuple[Any, bytes]]:
+    """This run's keys in Redis (tests/bootstrap.py gives the run a cache key prefix of its
+    own) matching `pattern` after the prefix, with the client to delete them; none without
+    Redis (the embedded cache is a table of the test database)."""
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        return
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    prefix = os.environ["CACHESAFE_CACHE_PREFIX"]
+    try:
+        for key in client.scan_iter(match=f"{prefix}:*:{pattern}", count=1000):
+            yield client, key
+    finally:
+        client.close()
+
+
 @pytest.fixture(autouse=True)
 def fresh_page_cache(request: pytest.FixtureRequest) -> None:
     """Each database test starts a new generation of every cached page. A test's writes never
     commit, so they bump nothing (bumps go out after commit), and Redis outlives the test: a
-    page an earlier test rendered from the same demo catalog would otherwise be served."""
+    page an earlier test rendered from the same demo catalog would otherwise be served. And no
+    page's rebuild lock is held: a render that raised keeps its lock for its life
+    (`REBUILD_LOCK_SECONDS`), and while it is held the page's copy is served however old."""
     if request.node.get_closest_marker("django_db") is None:
         return
     from dashboard import page_cache
 
     page_cache.discard_pending()
     page_cache.bump(page_cache.ALL)
+    release_page_locks()
+
+
+def release_page_locks() -> None:
+    """Delete this run's pages' rebuild locks (`fresh_page_cache`)."""
+    for client, key in run_cache_keys("*:rebuild"):
+        client.delete(key)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def run_cache_keys_removed() -> Iterator[None]:
+    """This run's keys are its own (tests/bootstrap.py), some kept without an expiry (the
+    pages' generations): removed when the run ends."""
+    yield
+    for client, key in run_cache_keys():
+        client.delete(key)
 
 
 @pytest.fixture

@@ -119,7 +119,8 @@ if REDIS_URL:
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "cachesafe",
+            # Two installations on one Redis (or a test run beside `make run`) keep apart.
+            "KEY_PREFIX": env.text("CACHESAFE_CACHE_PREFIX", "cachesafe"),
             # A page must not hang on a Redis that is gone: every use of the cache has a
             # fallback (render the page, answer 503), so fail fast instead.
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
