@@ -45,16 +45,44 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_TREE_PAGES = 20
+#: The most pages one list (commits, models) is read to: a Hub whose pages never end (each
+#: links a new next page, however empty) costs this many requests, then an error.
+MAX_LIST_PAGES = 500
 RETRY_STATUSES = frozenset({408, 500, 502, 503, 504})
 TRANSIENT_ERRORS = (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)
+#: What reading a Hub's answer as what was asked raises when the answer is not that (a 200 of
+#: HTML, model info whose fields have the wrong types): the Hub's fault, so the repo is tried
+#: again later, as for a 500.
+MALFORMED_ANSWER = (ValueError, KeyError, TypeError, AttributeError)
+#: The longest wait a 429 may ask for that is taken as said (a day): a larger one is a broken
+#: header, and a countdown past the calendar's end fails Celery's retry.
+MAX_RETRY_AFTER = 86_400.0
+#: A file's whole download may take this many times the per-read timeout (a minute by
+#: default): a Hub that sends a byte at a time, each within the timeout, is cut off.
+DOWNLOAD_TIMEOUTS = 3
 
 
 class HubUnavailable(Exception):
     """The Hub did not answer usefully after our retries: try the whole repo again later."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, *, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        #: The HTTP status of an error answer that is not retried (a 404 for a file, say).
+        self.status = status
+
+
+def read_answer(what: str, read: Callable[[], T]) -> T:
+    """`read()`, which reads a Hub's answer as what was asked; an answer it cannot read is
+    `HubUnavailable`, with what was wrong."""
+    try:
+        return read()
+    except MALFORMED_ANSWER as err:
+        raise HubUnavailable(
+            f"{what}: the Hub's answer could not be read ({type(err).__name__}: {err})"[:300]
+        ) from err
 
 
 class RepoUnavailable(Exception):
@@ -217,10 +245,12 @@ class HubClient:
                     wait = self._backoff(attempt)
                     last = f"Hub error {status}"
                 else:
-                    raise HubUnavailable(f"{what}: Hub answered {status}") from err
+                    raise HubUnavailable(f"{what}: Hub answered {status}", status=status) from err
             except TRANSIENT_ERRORS as err:
                 wait = self._backoff(attempt)
                 last = f"{type(err).__name__}: {err}"[:200]
+            except httpx2.HTTPError as err:  # redirects that never end, a bad encoding, …
+                raise HubUnavailable(f"{what}: {type(err).__name__}: {err}"[:300]) from err
             if attempt < self.max_attempts:
                 logger.info("%s: %s; retry %d in %.1fs", what, last, attempt, wait)
                 self.sleep(wait)
@@ -232,9 +262,16 @@ class HubClient:
             return None
         info = parse_ratelimit_headers(response.headers)
         if info is not None and info.remaining == 0:
-            return float(info.reset_in_seconds) + 1.0
+            return min(float(info.reset_in_seconds) + 1.0, MAX_RETRY_AFTER)
         value = (response.headers.get("Retry-After") or "").strip()
-        return float(value) + 1.0 if value.isdigit() else None
+        return min(float(value) + 1.0, MAX_RETRY_AFTER) if value.isdigit() else None
+
+    def _in_time(self, deadline: float, got: int) -> None:
+        """`HubUnavailable` once a download passes its `deadline`: not retried at once, since
+        each try would take as long, and a task's time limit would end the sync unrecorded."""
+        if time.monotonic() > deadline:
+            took = self.timeout * DOWNLOAD_TIMEOUTS
+            raise HubUnavailable(f"the Hub sent {got:,} bytes in {took:.0f}s: too slowly")
 
     def _get(self, url: str, params: dict[str, Any] | None = None) -> httpx2.Response:
         response = get_session().get(
@@ -246,12 +283,16 @@ class HubClient:
     def _pages(self, what: str, url: str, params: dict[str, Any]) -> Iterator[list[Any]]:
         next_url: str | None = url
         next_params: dict[str, Any] | None = params
+        seen: set[str] = set()
         while next_url is not None:
+            if next_url in seen or len(seen) >= MAX_LIST_PAGES:
+                raise HubUnavailable(f"{what}: the Hub's pages do not end")
+            seen.add(next_url)
             response = self._call(
                 what,
                 lambda u=next_url, p=next_params: self._get(u, p),  # type: ignore[misc]
             )
-            payload = response.json()
+            payload = read_answer(what, response.json)
             if not isinstance(payload, list):
                 raise HubUnavailable(f"{what}: the Hub did not answer a list")
             yield payload
@@ -262,13 +303,21 @@ class HubClient:
 
     def model_info(self, repo_id: str) -> RepoInfo:
         """The repo's head commit and metadata, with file sizes and ids: one request."""
+        what = f"{repo_id} info"
         info = self._call(
-            f"{repo_id} info",
-            lambda: self.api.model_info(
-                repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
+            what,
+            lambda: read_answer(
+                what,
+                lambda: self.api.model_info(
+                    repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
+                ),
             ),
             about_repo=True,
         )
+        return read_answer(what, lambda: self._repo_info(repo_id, info))
+
+    @staticmethod
+    def _repo_info(repo_id: str, info: Any) -> RepoInfo:
         files = {
             s.rfilename: FileInfo(
                 s.rfilename, s.size, s.blob_id or "", s.lfs.sha256 if s.lfs else None
@@ -342,6 +391,7 @@ class HubClient:
 
         def request() -> bytes:
             headers = build_hf_headers(token=self._auth)
+            deadline = time.monotonic() + self.timeout * DOWNLOAD_TIMEOUTS
             with get_session().stream("GET", url, headers=headers, timeout=self.timeout) as resp:
                 if resp.status_code >= 400:
                     resp.read()
@@ -357,6 +407,7 @@ class HubClient:
                     if size > max_bytes:
                         raise BrokenRepo(f"{path} is over the {max_bytes:,}-byte cap")
                     chunks.append(chunk)
+                    self._in_time(deadline, size)
                 return b"".join(chunks)
 
         return self._call(f"{repo_id}@{revision[:8]} {path}", request)
@@ -372,6 +423,7 @@ class HubClient:
         def request() -> bytes:
             headers = build_hf_headers(token=self._auth)
             headers["Range"] = f"bytes={start}-{end - 1}"
+            deadline = time.monotonic() + self.timeout * DOWNLOAD_TIMEOUTS
             with get_session().stream("GET", url, headers=headers, timeout=self.timeout) as resp:
                 if resp.status_code == 416:
                     return b""  # the range starts past the end of the file
@@ -385,6 +437,7 @@ class HubClient:
                     got += len(chunk)
                     if got >= skip + size:
                         break
+                    self._in_time(deadline, got)
                 self.bytes_read += got
                 return b"".join(chunks)[skip : skip + size]
 
@@ -393,14 +446,19 @@ class HubClient:
     def gguf_summary(self, repo_id: str) -> dict[str, Any]:
         """What the Hub parsed from the repo's main GGUF file (`expand=["gguf"]`): its chat
         template, bos and eos tokens, architecture. Empty when the Hub has none."""
+        what = f"{repo_id} gguf"
         info = self._call(
-            f"{repo_id} gguf",
-            lambda: self.api.model_info(
-                repo_id, expand=["gguf"], timeout=self.timeout, token=self._auth
+            what,
+            lambda: read_answer(
+                what,
+                lambda: self.api.model_info(
+                    repo_id, expand=["gguf"], timeout=self.timeout, token=self._auth
+                ),
             ),
             about_repo=True,
         )
-        return info.gguf if isinstance(info.gguf, dict) else {}
+        gguf = getattr(info, "gguf", None)
+        return gguf if isinstance(gguf, dict) else {}
 
     def iter_models(
         self,
