@@ -157,6 +157,8 @@ def parse_json(text: str, name: str) -> Any:
         ) from None
     except RecursionError:
         raise SourceError(f"{name} is not valid JSON: nested too deeply") from None
+    except ValueError as err:  # e.g. an integer past Python's limit on digits (4,300)
+        raise SourceError(f"{name} is not valid JSON here: {str(err)[:120]}") from None
 
 
 def parse_json_object(text: str, name: str) -> dict[str, Any]:

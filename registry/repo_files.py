@@ -44,6 +44,8 @@ __all__ = [
     "config_facts",
     "find_templates",
     "sha256_text",
+    "unstorable",
+    "unstorable_text",
 ]
 
 
@@ -53,11 +55,52 @@ class BrokenRepo(Exception):
 
 def find_templates(files: dict[str, bytes]) -> FoundTemplates | None:
     """The templates of a commit's files, by the check engine's precedence rule
-    (`checks.sources.find_templates`); None when there is none, BrokenRepo when unusable."""
+    (`checks.sources.find_templates`); None when there is none, BrokenRepo when unusable,
+    or when the catalog could not store them (`unstorable`)."""
     try:
-        return _find_templates(files)
+        found = _find_templates(files)
     except SourceError as err:
         raise BrokenRepo(str(err)) from None
+    if found is not None and (reason := unstorable(found)):
+        raise BrokenRepo(reason)
+    return found
+
+
+#: The longest template name the catalog keeps (`NamedTemplate.name`).
+MAX_TEMPLATE_NAME = 100
+
+
+def unstorable_text(text: str, what: str) -> str:
+    """Why the catalog cannot store `text` ("" when it can): PostgreSQL's text and JSON hold
+    no NUL character, and no UTF-8 encoder takes a lone surrogate (which JSON can escape)."""
+    if "\x00" in text:
+        return f"{what} holds a NUL character (\\u0000), which the catalog cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{what} holds a lone surrogate (\\u{ord(text[exc.start]):04x}), not valid Unicode"
+    return ""
+
+
+def unstorable(found: FoundTemplates, texts: tuple[str, ...] = ()) -> str:
+    """Why the catalog cannot store these templates as they are ("" when it can): a name it
+    cannot keep (empty, longer than `MAX_TEMPLATE_NAME`, or text it cannot store), or a
+    template, one of `texts` or a special token it cannot store."""
+    for name, text in found.named.items():
+        if not 0 < len(name) <= MAX_TEMPLATE_NAME:
+            return f"a template name must be 1 to {MAX_TEMPLATE_NAME} characters, not {len(name)}"
+        reason = unstorable_text(name, "a template name") or unstorable_text(
+            text, f"the template {name[:40]!r}"
+        )
+        if reason:
+            return reason
+    for text in (found.default, *texts):
+        if reason := unstorable_text(text, "the chat template"):
+            return reason
+    for key, token in found.special_tokens.items():
+        if reason := unstorable_text(token, key):
+            return reason
+    return ""
 
 
 # --- config.json ---------------------------------------------------------------------------

@@ -348,6 +348,54 @@ def test_unknown_repo_is_missing(fake_hub: FakeHub, sync: Callable[..., SyncResu
         ({"chat_template.jinja": CHATML + " " * 2_000_000}, "over the 1,048,576-byte cap"),
         ({"tokenizer_config.json": b"[1, 2]"}, "not a JSON object"),
         ({"tokenizer_config.json": b'{"chat_template": "{{ x }}\\ud800"}'}, "lone surrogate"),
+        # Python reads no integer of more than 4,300 digits (a ValueError, not a JSON error).
+        (
+            {"tokenizer_config.json": b'{"chat_template": "x", "n": ' + b"9" * 5000 + b"}"},
+            "not valid JSON here",
+        ),
+        ({"tokenizer_config.json": tc("{{ x }}\u0000")}, "NUL character"),
+        # Two names the catalog's column (100 characters) would cut to one.
+        (
+            {
+                "tokenizer_config.json": tc(
+                    [
+                        {"name": "n" * 150 + "1", "template": CHATML},
+                        {"name": "n" * 150 + "2", "template": TOOLS},
+                    ]
+                )
+            },
+            "1 to 100 characters",
+        ),
+        (
+            {
+                "tokenizer_config.json": tc(
+                    [
+                        {"name": "\ud800", "template": CHATML},
+                        {"name": "tool_use", "template": TOOLS},
+                    ]
+                )
+            },
+            "a template name holds a lone surrogate",
+        ),
+        (
+            {
+                "tokenizer_config.json": tc(
+                    [
+                        {"name": "a\u0000b", "template": CHATML},
+                        {"name": "tool_use", "template": TOOLS},
+                    ]
+                )
+            },
+            "a template name holds a NUL",
+        ),
+        (
+            {
+                "chat_template.jinja": CHATML,
+                "additional_chat_templates/" + "t" * 120 + ".jinja": TOOLS,
+            },
+            "1 to 100 characters",
+        ),
+        ({"tokenizer_config.json": tc(CHATML, eos_token="</s>\u0000")}, "eos_token holds a NUL"),
     ],
     ids=[
         "malformed-json",
@@ -357,6 +405,13 @@ def test_unknown_repo_is_missing(fake_hub: FakeHub, sync: Callable[..., SyncResu
         "huge",
         "json-list",
         "lone-surrogate",
+        "huge-integer",
+        "nul-in-template",
+        "long-names",
+        "surrogate-name",
+        "nul-in-name",
+        "long-file-name",
+        "nul-in-token",
     ],
 )
 def test_hostile_files_make_the_repo_broken_with_a_reason(
