@@ -21,7 +21,7 @@ from django.conf import settings
 from .gguf_header import GgufError, GgufMetadata, read_metadata
 from .hub import FileInfo, HubClient, RepoInfo
 from .models import TemplateVersion
-from .repo_files import FoundTemplates, sha256_text
+from .repo_files import FoundTemplates, sha256_text, unstorable
 
 SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 #: What an entry of HubModel.gguf_files says of its file.
@@ -144,6 +144,11 @@ def read_embedded(
     if listed == paths and all(
         p in known and known[p]["id"] == info.files[p].content_id for p in paths[:max_files]
     ):
+        if paths:
+            # Still ours to read? Model info answers for a repo gated since; its files do not
+            # (RepoUnavailable). One byte, and only when the head moved (an unchanged head is
+            # not observed at all).
+            client.read_range(info.repo_id, info.sha, paths[0], 0, 1)
         return EmbeddedTemplates(None, list(previous), unchanged=True)
 
     entries: list[dict[str, Any]] = []
@@ -178,6 +183,11 @@ def read_embedded(
     if found is None and entries and all(e["status"] in (BROKEN, NOT_READ) for e in entries):
         first = next(e for e in entries if e["status"] == BROKEN)
         broken = f"the GGUF header of {first['path']} cannot be read: {first['reason']}"
+    tokens = tuple(t for e in entries for t in e.get("tokens", {}).values() if isinstance(t, str))
+    if found is not None and (reason := unstorable(found, (*texts.values(), *tokens))):
+        # Kept as read but for what the catalog cannot store: each file's tokens and names.
+        entries = [{**e, "tokens": {}, "named": {}} for e in entries]
+        found, texts, broken = None, {}, reason
     return EmbeddedTemplates(found, entries, texts, architecture, broken, bytes_read=bytes_read)
 
 

@@ -111,11 +111,21 @@ def test_a_gguf_repo_takes_the_template_its_files_embed_reading_headers_only(
     assert sync("bartowski/Qwen3-8B-GGUF").outcome == "unchanged"
     assert kinds(fake_hub, "bartowski/Qwen3-8B-GGUF") == ["info"]
 
-    # A README edit moves the head but no GGUF file: still no header read, no change.
+    # A README edit moves the head but no GGUF file: no header read, no change; one byte of
+    # the main file says the repo is still ours to read.
     fake_hub.store.add_commit("bartowski/Qwen3-8B-GGUF", {"README.md": "new card"}, "card")
     fake_hub.reset_log()
     assert sync("bartowski/Qwen3-8B-GGUF").outcome == "updated"
-    assert kinds(fake_hub, "bartowski/Qwen3-8B-GGUF") == ["info"]
+    assert kinds(fake_hub, "bartowski/Qwen3-8B-GGUF") == ["info", "range"]
+    assert [e.sent for e in fake_hub.requests("bartowski/Qwen3-8B-GGUF")][-1] == 1
+    assert TemplateChange.objects.filter(model=model).count() == 1
+
+    # Gated since, with another such edit: model info still answers, the file does not.
+    fake_hub.store.set("bartowski/Qwen3-8B-GGUF", gated="manual")
+    fake_hub.store.add_commit("bartowski/Qwen3-8B-GGUF", {"README.md": "gated card"}, "gate")
+    assert sync("bartowski/Qwen3-8B-GGUF").status == ModelStatus.GATED
+    model.refresh_from_db()
+    assert model.current_snapshot is not None  # its template and verdict are kept
     assert TemplateChange.objects.filter(model=model).count() == 1
 
 
