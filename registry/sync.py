@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from billiard.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -998,6 +999,10 @@ def sync_concurrently(
                 model.repo_id, "failed", model.status, message=str(err), retry_after=err.retry_after
             )
             return model, failed
+        except SoftTimeLimitExceeded:
+            raise  # the task's time is up: the run stops here, not this repo alone
+        except Exception as exc:
+            return model, sync_failed(model, "reading the repo", exc)
 
     # Each result at the place of its model in `models` (a recorded one comes after the next).
     placed: list[tuple[int, SyncResult]] = []
@@ -1066,8 +1071,8 @@ def sync_concurrently(
 
 def record_batch(batch: list[tuple[HubModel, Observation]]) -> list[SyncResult]:
     """Record `batch` in one transaction. If that fails, each repo on its own, so that one the
-    batch cannot record (a bug, a model untracked since: skipped) costs no other its sync; the
-    first such error is raised once the others are recorded."""
+    batch cannot record (a model untracked since: skipped; anything else: `sync_failed`)
+    costs no other its sync, nor the rest of the run."""
     if not batch:
         return []
     try:
@@ -1075,22 +1080,26 @@ def record_batch(batch: list[tuple[HubModel, Observation]]) -> list[SyncResult]:
     except HubModel.DoesNotExist:
         pass  # untracked while its repo was read: the others are recorded without it
     except Exception:
-        if len(batch) == 1:
-            raise
         logger.warning("could not record %d syncs together; one at a time", len(batch))
     results: list[SyncResult] = []
-    error: Exception | None = None
     for model, observation in batch:
         try:
             results.append(record(model.pk, observation))
         except HubModel.DoesNotExist:
             logger.info("%s is no longer tracked: its sync is not recorded", model.repo_id)
         except Exception as exc:
-            logger.exception("could not record the sync of %s", model.repo_id)
-            error = error or exc
-    if error is not None:
-        raise error
+            results.append(sync_failed(model, "recording what the sync read", exc))
     return results
+
+
+def sync_failed(model: HubModel, doing: str, exc: Exception) -> SyncResult:
+    """A sync that failed for a reason no sync expects (a bug, or input nothing checks yet):
+    logged with its traceback, and noted on the model (`record_failure`, shown on its page)
+    with what was kept, so that a batch goes on with the next repo."""
+    logger.error("%s: failed %s", model.repo_id, doing, exc_info=exc)
+    message = f"sync failed {doing} ({type(exc).__name__}); the last good sync is kept"
+    record_failure(model.pk, message)
+    return SyncResult(model.repo_id, "failed", model.status, message=message)
 
 
 def sync_repo_ids(

@@ -207,3 +207,49 @@ def test_a_fast_hub_fills_the_batch_and_a_slow_one_does_not_hold_verdicts_back(
     sizes.clear()
     assert [r.outcome for r in sync_concurrently(models[3:])] == ["updated"] * 3
     assert sizes == [2, 1]
+
+
+def test_a_repo_that_fails_as_no_sync_expects_is_noted_and_the_run_goes_on(
+    fake_hub: FakeHub, hub_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_repo_fails(fake_hub, monkeypatch, concurrency=1)
+
+
+def one_repo_fails(fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, concurrency: int) -> None:
+    """One repo's sync raising what no sync expects (a bug, input nothing checks yet), in
+    reading or in recording, is logged and noted on that model; the run syncs the others, and
+    the model keeps what it had."""
+    repos = [f"org/m{n}" for n in range(4)]
+    for repo_id in repos:
+        upload(fake_hub, repo_id, {"tokenizer_config.json": tc(CHATML)})
+    models = [HubModel.objects.track(repo_id, via="track")[0] for repo_id in repos]
+    look = RegistrySync.look
+
+    def failing_look(self: RegistrySync, model: HubModel, **options: Any) -> Any:
+        if model.repo_id == "org/m1":
+            raise RuntimeError("a bug in reading")
+        return look(self, model, **options)
+
+    def failing_record(observed: list[tuple[int, Observation]]) -> list[Any]:
+        if any(pk == models[2].pk for pk, _ in observed):
+            raise ValueError("a bug in recording")
+        return record_many_as_is(observed)
+
+    record_many_as_is = sync_module.record_many
+    monkeypatch.setattr(RegistrySync, "look", failing_look)
+    monkeypatch.setattr(sync_module, "record_many", failing_record)
+    results = sync_concurrently(models, concurrency=concurrency)
+    assert [(r.repo_id, r.outcome) for r in results] == [
+        ("org/m0", "updated"), ("org/m1", "failed"), ("org/m2", "failed"), ("org/m3", "updated"),
+    ]  # fmt: skip
+    noted = dict(HubModel.objects.values_list("repo_id", "sync_error"))
+    assert (
+        noted["org/m1"] == "sync failed reading the repo (RuntimeError); the last good sync is kept"
+    )
+    assert noted["org/m2"] == (
+        "sync failed recording what the sync read (ValueError); the last good sync is kept"
+    )
+    assert noted["org/m0"] == noted["org/m3"] == ""
+    assert set(HubModel.objects.filter(status="ok").values_list("repo_id", flat=True)) == {
+        "org/m0", "org/m3",
+    }  # fmt: skip

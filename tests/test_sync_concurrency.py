@@ -13,6 +13,7 @@ from registry.sync import sync_batch, sync_concurrently, sync_stalest
 from tests.fakehub import FakeHub
 from tests.fakehub.fixtures import fake_hub, hub_settings
 from tests.test_registry_sync import CHATML, tc, upload
+from tests.test_sync_batches import one_repo_fails
 
 # Threads use their own connections: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,3 +114,10 @@ def test_a_batch_says_which_models_to_sync_again(fake_hub: FakeHub, hub_settings
     assert results[0].retry_after is not None and results[0].retry_after >= 3600
     assert again == limited
     assert not fake_hub.requests("org/r2")
+
+
+def test_a_repo_that_fails_as_no_sync_expects_costs_the_threads_nothing(
+    fake_hub: FakeHub, hub_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `test_sync_batches`'s one-at-a-time case, three threads at a time."""
+    one_repo_fails(fake_hub, monkeypatch, concurrency=3)
