@@ -9,9 +9,11 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from registry import pipeline
-from registry.models import CheckRun, HubModel, TokenizerFile, Verdict
+from registry.hub import HubClient, HubUnavailable
+from registry.models import CheckRun, HubModel, TemplateSnapshot, TokenizerFile, Verdict
 from registry.sync import sync_repo_ids
 from registry.tasks import dispatch_template_changes
+from registry.tokenizer_files import TokenizerUnavailable, tokenizer_text
 from tests.fakehub import FakeHub
 from tests.fakehub.corpus import tokenizer_config
 from tests.fakehub.fixtures import fake_hub, hub_settings
@@ -92,3 +94,26 @@ def test_a_token_seam_makes_the_model_unsafe_and_the_tokenizer_is_fetched_once(
     assert TokenizerFile.objects.count() == 1
     downloads = [r.path for r in fake_hub.requests() if r.path.endswith("/tokenizer.json")]
     assert len(downloads) == 1
+
+
+@pytest.mark.django_db
+def test_a_tokenizer_gone_from_every_commit_known_to_hold_it_is_unavailable_not_retried(
+    fake_hub: FakeHub, hub_settings: Any
+) -> None:
+    """History rewritten on the Hub (a squash, a force-push): the commit the registry knows a
+    tokenizer.json from answers 404. The check then runs on bytes alone, instead of waiting
+    for a file that will never come; a Hub that fails (500) is still retried later."""
+    publish(fake_hub, "acme/squashed", "{}")
+    sync_repo_ids(["acme/squashed"])
+    [sha] = TemplateSnapshot.objects.values_list("tokenizer_json_sha", flat=True)
+    repo = fake_hub.store.get("acme/squashed")
+    assert repo is not None
+    fake_hub.store.add_commit("acme/squashed", dict(repo.head.files), "Squashed history")
+    del repo.commits[:-1]  # the commit the registry knows is gone
+    fake_hub.inject("500", times=20, match="tokenizer.json")
+    with pytest.raises(HubUnavailable, match="500"):
+        tokenizer_text(sha, HubClient(sleep=lambda seconds: None, max_attempts=2))
+    fake_hub.clear_faults()
+    with pytest.raises(TokenizerUnavailable, match="gone from the Hub"):
+        tokenizer_text(sha, HubClient(sleep=lambda seconds: None, max_attempts=2))
+    assert not TokenizerFile.objects.exists()
