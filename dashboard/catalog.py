@@ -20,6 +20,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Upper
 from django.db.models.lookups import Exact
 from django.http import QueryDict
+from django.urls import NoReverseMatch, reverse
 
 from checks.clients import PROFILES
 from checks.reuse import CACHE_CLASS_LABELS
@@ -200,6 +201,15 @@ class CatalogQuery:
     author: str = ""
     sort: str = "downloads"
     page: str = "1"
+
+    @property
+    def author_feed(self) -> str:
+        """The URL of the author's feed; "" for an author no feed URL can name (the filter
+        takes any text, and a repo the Hub names in other letters than an id's)."""
+        try:
+            return reverse("dashboard:author_feed", args=[self.author]) if self.author else ""
+        except NoReverseMatch:
+            return ""
 
     def ignored(self, params: QueryDict) -> list[str]:
         """The `name=value` filters of the link this query was read from (`params`, as

@@ -9,9 +9,10 @@ from . import api, api_errors, discovery, feeds, staff, views
 
 
 class RepoPartConverter:
-    """One half of a Hub repo id (`Qwen`, `Qwen3-30B-A3B-Instruct-2507`, `gpt-oss-20b.v1`)."""
+    """One half of a Hub repo id (`Qwen`, `Qwen3-30B-A3B-Instruct-2507`, `gpt-oss-20b.v1`,
+    `_private-looking`: a name may start with an underscore, as `validate_repo_id` allows)."""
 
-    regex = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
+    regex = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}"
 
     def to_python(self, value: str) -> str:
         return value

@@ -14,7 +14,8 @@ from .models import HubModel
 
 def track_page(request: HttpRequest) -> HttpResponse:
     """GET shows the form and the latest tracked repos; POST tracks one and queues its sync."""
-    form = TrackForm(request.POST or None)
+    # Bound on any POST, an empty one too (its errors say what is missing).
+    form = TrackForm(request.POST if request.method == "POST" else None)
     if request.method == "POST":
         if not tracking.may_track(request):
             form.add_error(None, "Too many track requests from your address; try again later.")

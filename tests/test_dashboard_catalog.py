@@ -619,3 +619,27 @@ def test_the_frames_links_are_what_the_urlconf_and_the_static_files_give(
         assert frame()["htmx"] == htmx.render({}) != made["htmx"]
     finally:
         set_script_prefix("/")
+
+
+def test_an_author_no_feed_url_can_name_is_listed_without_the_feed_link(client: Client) -> None:
+    """The author filter takes any text, and an author is what the Hub says: one no URL of
+    the feeds can name gets the page and its subscribe link, not a 500."""
+    HubModel.objects.create(repo_id="plain/model", author="aéb", downloads=10)
+    HubModel.objects.create(repo_id="other/model", author="other", downloads=10)
+    odd = client.get(reverse("dashboard:catalog"), {"author": "AéB"})
+    assert odd.status_code == 200
+    assert "plain/model" in odd.content.decode()
+    assert "feeds/authors" not in odd.content.decode()
+    assert "Subscribe to AéB" in odd.content.decode()
+    plain = client.get(reverse("dashboard:catalog"), {"author": "other"})
+    assert 'href="/feeds/authors/other.atom"' in plain.content.decode()
+
+
+def test_a_name_starting_with_an_underscore_has_its_pages(client: Client) -> None:
+    """The Hub lets a name start with '_' (and `validate_repo_id` tracks one): its model page
+    and badge answer, where the URL converter refused them."""
+    HubModel.objects.create(repo_id="acme/_under", author="acme")
+    listed = client.get(reverse("dashboard:catalog"))
+    assert 'href="/m/acme/_under/"' in listed.content.decode()
+    assert client.get("/m/acme/_under/").status_code == 200
+    assert client.get(reverse("dashboard:badge", args=["acme", "_under"])).status_code == 200

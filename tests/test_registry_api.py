@@ -388,12 +388,14 @@ def test_track_form_refuses_an_invalid_id(client: Client) -> None:
         ("acme/", "expected owner/name"),
         ("acme/" + "m" * 97, "97 characters in one part, at most 96"),
         ("o" * 200 + "/m", "200 characters in one part, at most 96"),
-        ("acme/chat 7b", "only letters, digits, '-', '_' and '.'; not ' '"),
-        ("acme/chat<b>", "only letters, digits, '-', '_' and '.'; not '<' '>'"),
+        ("acme/chat 7b", "only ASCII letters, digits, '-', '_' and '.'; not ' '"),
+        ("acme/chat<b>", "only ASCII letters, digits, '-', '_' and '.'; not '<' '>'"),
         ("acme/chat--7b", "no '--' or '..'"),
         ("_acme/chat", "the owner starts and ends with an ASCII letter or digit"),
-        ("acmé/chat", "the owner starts and ends with an ASCII letter or digit"),
-        ("acme/chát--7b", "no '--' or '..'"),
+        ("acmé/chat", "only ASCII letters, digits, '-', '_' and '.'; not 'é'"),
+        # A letter past ASCII anywhere: the Hub has none, and no URL of the site could name it.
+        ("aéb/x", "only ASCII letters, digits, '-', '_' and '.'; not 'é'"),
+        ("acme/chát--7b", "only ASCII letters, digits, '-', '_' and '.'; not 'á'"),
         ("acme/chat-", "the name may not start or end with '-' or '.'"),
     ],
 )
@@ -403,6 +405,7 @@ def test_an_invalid_id_is_told_what_is_wrong_with_it(repo_id: str, reason: str) 
     assert f"is not a Hub model id ({reason}" in refused.value.messages[0]
     # With that one thing changed, the id passes.
     assert validate_repo_id("acme/" + "m" * 96) == "acme/" + "m" * 96
+    assert validate_repo_id("acme/_chat_") == "acme/_chat_"  # a name may start with '_'
 
 
 @pytest.mark.parametrize(
@@ -423,3 +426,39 @@ def test_an_address_copied_from_a_hub_page_gives_its_repo_id(pasted: str) -> Non
     with pytest.raises(ValidationError):
         validate_repo_id("https://huggingface.co/Qwen/Qwen3-0.6B/settings")
     assert not re.match(REPO_ID_INPUT_PATTERN, "https://huggingface.co/Qwen/Qwen3-0.6B/settings")
+
+
+def test_an_empty_track_post_is_told_what_is_missing_and_past_the_allowance_429(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A POST with no field at all is a bound form with an error (it was an unbound form, and
+    past the hourly allowance adding the error to it raised: a 500)."""
+    monkeypatch.setattr(tracking, "TRACK_REQUESTS_PER_HOUR", 2)  # each POST counts
+    first = client.post("/track/", REMOTE_ADDR="203.0.113.20")
+    assert first.status_code == 400
+    assert b"This field is required" in first.content
+    client.post("/track/", {"repo_id": "acme/one"}, REMOTE_ADDR="203.0.113.20")
+    refused = client.post("/track/", REMOTE_ADDR="203.0.113.20")
+    assert refused.status_code == 429
+    assert b"Too many track requests" in refused.content
+    assert list(HubModel.objects.values_list("repo_id", flat=True)) == ["acme/one"]
+
+
+def test_an_id_in_other_letters_is_the_model_already_tracked(
+    client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The Hub's ids are case-insensitive: a second row in other letters would hide the first
+    from every case-insensitive lookup (the model page, the API's model)."""
+    with django_capture_on_commit_callbacks():
+        made = client.post(
+            "/api/models", json.dumps({"repo_id": "Acme/Chat-8B"}), content_type="application/json"
+        )
+        again = client.post(
+            "/api/models", json.dumps({"repo_id": "ACME/chat-8b"}), content_type="application/json"
+        )
+        form = client.post("/track/", {"repo_id": "acme/CHAT-8B"}, follow=True)
+    assert made.status_code == 201
+    assert again.status_code == 200
+    assert again.json()["repo_id"] == "Acme/Chat-8B"
+    assert b"Acme/Chat-8B is already tracked" in form.content
+    assert list(HubModel.objects.values_list("repo_id", flat=True)) == ["Acme/Chat-8B"]

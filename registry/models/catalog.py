@@ -20,7 +20,12 @@ from checks.sources import sha256_text
 #: The look-ahead for `--` and `..` reads the id only (the owner, then owner/name), so the same
 #: pieces also make `REPO_ID_INPUT_PATTERN`, where more may follow the id.
 _NO_DOUBLES = r"(?!(?:[\w.-]*/)?[\w.-]*(?:--|\.\.))"
-_REPO_ID = _NO_DOUBLES + r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?/[\w](?:[\w.-]{0,94}[\w])?"
+#: ASCII only, as the Hub's ids are (Python's `\w` would take any letter: "aéb/x" was tracked,
+#: and no URL of the site could name it). An owner starts and ends with a letter or a digit; a
+#: name may also start or end with an underscore.
+_OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9])?"
+_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID = rf"{_NO_DOUBLES}{_OWNER}/{_NAME}"
 REPO_ID_RE = re.compile(rf"^{_REPO_ID}$")
 
 #: A Hub page's address around a repo id, as a reader copies it from the browser: the site
@@ -65,10 +70,10 @@ def _why_not(repo_id: str) -> str:
     longest = max(parts, key=len)
     if len(longest) > 96:
         return f"{len(longest)} characters in one part, at most 96"
-    odd = sorted({c for c in repo_id if not (c.isalnum() or c in "-_./")})
+    odd = sorted({c for c in repo_id if not ((c.isascii() and c.isalnum()) or c in "-_./")})
     if odd:
         shown = " ".join(repr(c) for c in odd[:5])
-        return f"only letters, digits, '-', '_' and '.'; not {shown}"
+        return f"only ASCII letters, digits, '-', '_' and '.'; not {shown}"
     if "--" in repo_id or ".." in repo_id:
         return "no '--' or '..'"
     owner = parts[0]
@@ -157,7 +162,12 @@ class Drift(models.TextChoices):
 
 class HubModelQuerySet(models.QuerySet["HubModel"]):
     def track(self, repo_id: str, via: str) -> tuple[HubModel, bool]:
-        """Start tracking a repo (idempotent); the next sync fills it in."""
+        """Start tracking a repo (idempotent, and in any case: the Hub's ids are, and a second
+        row in other letters would hide the first from every case-insensitive lookup); the
+        next sync fills it in."""
+        known = self.filter(repo_id__iexact=repo_id).order_by("id").first()
+        if known is not None:
+            return known, False
         return self.get_or_create(
             repo_id=repo_id, defaults={"author": repo_id.split("/", 1)[0], "tracked_via": via}
         )
