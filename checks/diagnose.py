@@ -230,12 +230,17 @@ def parse_body(body: Any, where: str = "request") -> ClientRequest:
 
 
 def load_json(text: str | bytes) -> Any:
-    """`json.loads` for a client's bodies: nesting too deep for the parser's recursion is
-    invalid JSON like any other (json raises RecursionError for it, which no caller expects)."""
+    """`json.loads` for a client's bodies: nesting too deep for the parser's recursion, or an
+    integer past Python's 4,300 digits, is invalid JSON like any other (json raises
+    RecursionError and a plain ValueError for them, which no caller expects)."""
     try:
         return json.loads(text)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError as exc:
+        raise json.JSONDecodeError(str(exc)[:120], "", 0) from None
 
 
 def parse_text(text: str, name: str) -> list[ClientRequest]:

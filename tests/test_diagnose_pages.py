@@ -154,6 +154,11 @@ def test_the_page_says_what_is_wrong(client: Client) -> None:
     deep = client.post("/diagnose/", {"requests": "[" * 5000, "template": PLAIN})
     assert deep.status_code == 400
     assert "Requests line 1: not valid JSON (nested too deeply)" in deep.content.decode()
+    # And a plain ValueError for an integer of more than 4,300 digits.
+    huge = '{"messages": [{"role": "user", "content": "x"}], "n": ' + "1" * 4400 + "}"
+    long_number = client.post("/diagnose/", {"requests": huge, "template": PLAIN})
+    assert long_number.status_code == 400
+    assert "not valid JSON (Exceeds the limit (4300 digits)" in long_number.content.decode()
     too_big = client.post(
         "/diagnose/", {"requests": "x" * (2 * 1024 * 1024 + 1), "template": PLAIN}
     )
