@@ -8,10 +8,12 @@ between the check and the connect (rebinding). Each redirect goes through the sa
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,8 +74,9 @@ def refusal(address: str) -> str | None:
         ("is_unspecified", "unspecified"),
         ("is_private", "private"),
         ("is_reserved", "reserved"),
+        ("is_site_local", "site-local"),  # fec0::/10, deprecated but still routed inside sites
     ):
-        if getattr(ip, attribute):
+        if getattr(ip, attribute, False):
             return kind
     return None if ip.is_global else "non-public"
 
@@ -145,7 +148,10 @@ def request(
             return response
         if hop == MAX_REDIRECTS:
             raise Refused(f"more than {MAX_REDIRECTS} redirects (last to {location[:200]})")
-        url = urljoin(url, location)
+        try:
+            url = urljoin(url, location)
+        except ValueError:  # "http://[::1": not a URL
+            raise Refused(f"a redirect to what is not a URL ({location[:200]})") from None
         if response.status == 303 or (response.status in {301, 302} and method != "GET"):
             # What browsers do: the body is not sent on to the new location.
             method, body = "GET", None
@@ -156,10 +162,13 @@ def request(
 def _send_once(
     method: str, url: str, body: bytes | None, headers: Mapping[str, str], deadline: float
 ) -> Response:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        raise Refused("not a URL") from None
     if parts.scheme not in {"http", "https"}:
         raise Refused(f"only http and https URLs are allowed, not {parts.scheme or 'none'}:")
-    host = parts.hostname
     if not host:
         raise Refused("the URL has no host")
     if parts.username or parts.password:
@@ -178,10 +187,18 @@ def _send_once(
     else:
         conn = _VettedHTTPConnection(host, port, timeout=timeout)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # Each read waits `timeout` at most, but a receiver that sends a header line or a byte
+    # within each would hold the worker for ever: at the deadline the socket is shut.
+    late = threading.Event()
+    cut = threading.Timer(remaining, _hang_up, args=(conn, late))
+    cut.daemon = True
+    cut.start()
     try:
         conn.request(method, target, body=body, headers=dict(headers))
         answer = conn.getresponse()
         data = _read_capped(answer, deadline)
+        if late.is_set():
+            raise OutboundError(f"no whole answer within {TOTAL_SECONDS:.0f} s")
         return Response(
             status=answer.status,
             headers={k.lower(): v for k, v in answer.getheaders()},
@@ -191,9 +208,23 @@ def _send_once(
     except Refused:
         raise
     except (OSError, http.client.HTTPException) as exc:
+        if late.is_set():
+            raise OutboundError(f"no whole answer within {TOTAL_SECONDS:.0f} s") from exc
         raise OutboundError(f"{host}: {exc.__class__.__name__}: {exc}") from exc
+    except ValueError as exc:  # a host IDNA cannot encode, a header http.client refuses
+        raise Refused(f"cannot send to {host[:100]}: {exc}") from exc
     finally:
+        cut.cancel()
         conn.close()
+
+
+def _hang_up(conn: http.client.HTTPConnection, late: threading.Event) -> None:
+    """Shut `conn`'s socket (its deadline passed): whatever read waits on it ends."""
+    late.set()
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _read_capped(answer: http.client.HTTPResponse, deadline: float) -> bytes:
@@ -202,7 +233,7 @@ def _read_capped(answer: http.client.HTTPResponse, deadline: float) -> bytes:
     size = 0
     while size < MAX_RESPONSE_BYTES:
         if time.monotonic() > deadline:
-            raise OutboundError(f"the answer took longer than {TOTAL_SECONDS:.0f} s")
+            raise OutboundError(f"no whole answer within {TOTAL_SECONDS:.0f} s")
         chunk = answer.read(min(8192, MAX_RESPONSE_BYTES - size))
         if not chunk:
             break

@@ -202,8 +202,12 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
 
 
 def _retry_after(response: outbound.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    return float(min(int(value), RETRY_AFTER_MAX)) if value.isdigit() else None
+    """`Retry-After` in seconds, up to RETRY_AFTER_MAX; None for anything else (an HTTP date,
+    or digits `int` refuses: "²" is a digit to `str.isdigit`, and 5,000 of them are too many)."""
+    value = response.headers.get("retry-after", "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return None
+    return float(min(int(value[:12]), RETRY_AFTER_MAX))
 
 
 def _send_email(channel: Channel, notification: Notification) -> None:

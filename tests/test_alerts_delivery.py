@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from alerts import delivery, senders
+from alerts import delivery, outbound, senders
 from alerts.models import ChannelKind, Delivery, Digest, Rule, SendStatus
 from alerts.notifications import EventLine, Notification
 from registry.models import EventKind, ModelEvent, Verdict
@@ -328,3 +328,43 @@ def test_a_test_send_posts_a_sample_and_shows_its_result_on_the_channel(
     channel.refresh_from_db()
     assert channel.last_error.startswith("test: the webhook is gone (HTTP 404")
     assert channel.disabled_at is None  # a test never disables: the owner is looking at it
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("120", 120.0), ("²", None), ("1" * 5000, float(senders.RETRY_AFTER_MAX)), ("soon", None)],
+)
+def test_retry_after_is_read_as_seconds_or_not_at_all(value: str, seconds: float | None) -> None:
+    """ "²" is a digit to `str.isdigit`, and 5,000 digits are past what `int` reads: neither
+    may fail the send's record."""
+    answer = outbound.Response(503, {"retry-after": value}, b"", "https://hooks.example/x")
+    assert senders._retry_after(answer) == seconds
+
+
+def test_a_send_failing_as_no_sender_expects_is_recorded_and_retried_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unrecorded, the send stayed pending and the sweeper sent it again for ever (past
+    MAX_ATTEMPTS, and the channel never said why)."""
+    alice = make_user("alice")
+    model = make_model("org/m")
+    channel = make_channel(alice, target="https://hooks.example/x")
+    subscribe(channel, model=model)
+    delivery.claim_event(make_event(model).pk)
+    pending = Delivery.objects.get()
+
+    def crash(*args: Any) -> int:
+        raise RuntimeError("an answer nothing checks yet")
+
+    monkeypatch.setattr(senders, "send", crash)
+    outcomes = [delivery.deliver(pending.pk).status for _ in range(delivery.MAX_ATTEMPTS + 2)]
+    assert outcomes[: delivery.MAX_ATTEMPTS - 1] == ["retry"] * (delivery.MAX_ATTEMPTS - 1)
+    assert outcomes[delivery.MAX_ATTEMPTS - 1] == "failed"
+    pending.refresh_from_db()
+    assert (pending.status, pending.attempts) == (SendStatus.FAILED, delivery.MAX_ATTEMPTS)
+    assert pending.last_error == "could not send (RuntimeError: an answer nothing checks yet)"
+    channel.refresh_from_db()
+    assert channel.last_error == pending.last_error
+    assert delivery.send_test(channel.pk).status == "failed"
+    channel.refresh_from_db()
+    assert channel.last_error.startswith("test: could not send (RuntimeError")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -48,6 +49,7 @@ def connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         "http://0.0.0.0/hook",
         "http://224.0.0.1/hook",
         "http://100.64.0.1/hook",  # carrier-grade NAT
+        "http://[fec0::1]/hook",  # IPv6 site-local: deprecated, still routed inside sites
         "http://localhost/hook",
     ],
 )
@@ -193,3 +195,74 @@ def test_https_goes_to_the_vetted_address_with_the_name_for_sni_and_certificate(
     assert outbound.post(url, b"{}", {}).status == 200
     assert connections[-1] == ("127.0.0.1", receiver.port)
     assert receiver.received[-1].headers["Host"] == f"hooks.example.test:{receiver.port}"
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """A whole request, its body too (a socket closed with data unread resets the client)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length:")),
+        0,
+    )  # fmt: skip
+    while len(body) < length:
+        body += conn.recv(65536)
+    return data
+
+
+def answering(reply: bytes, pause: float = 0.0) -> int:
+    """A one-shot server on 127.0.0.1 that reads the request and sends `reply` line by line,
+    `pause` seconds apart; its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn, contextlib.suppress(OSError):  # the client may hang up first
+                read_request(conn)
+                for line in reply.splitlines(keepends=True):
+                    conn.sendall(line)
+                    time.sleep(pause)
+
+    threading.Thread(target=answer, daemon=True).start()
+    return int(server.getsockname()[1])
+
+
+def test_a_receiver_sending_its_answer_a_line_at_a_time_is_cut_off_at_the_deadline(
+    loopback: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each line comes within the read timeout, but the whole answer may not take longer than
+    TOTAL_SECONDS: the headers (where no read loop of ours can look at the clock) included."""
+    settings.ALERTS_HTTP_TIMEOUT = 1
+    monkeypatch.setattr(outbound, "TOTAL_SECONDS", 1.5)
+    headers = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: 1\r\n" * 20 + b"Content-Length: 2\r\n\r\nok"
+    started = time.monotonic()
+    with pytest.raises(outbound.OutboundError, match="no whole answer within 2 s"):
+        outbound.post(f"http://127.0.0.1:{answering(headers, pause=0.3)}/", b"{}", {})
+    assert time.monotonic() - started < 3.0  # not the 6 s the answer takes
+    body = b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n" + b"x\n" * 10
+    with pytest.raises(outbound.OutboundError, match="no whole answer within 2 s"):
+        outbound.post(f"http://127.0.0.1:{answering(body, pause=0.3)}/", b"{}", {})
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://" + "\u00e4" * 63 + ".com/hook", "cannot send to"),  # a label IDNA refuses
+        ("http://[::1/hook", "not a URL"),
+    ],
+)
+def test_a_url_that_cannot_be_sent_to_is_refused_not_a_crash(url: str, reason: str) -> None:
+    with pytest.raises(outbound.Refused, match=reason):
+        outbound.post(url, b"{}", {})
+
+
+def test_a_redirect_to_what_is_not_a_url_is_refused(loopback: Any) -> None:
+    reply = b"HTTP/1.1 302 Found\r\nLocation: http://[::1\r\nContent-Length: 0\r\n\r\n"
+    with pytest.raises(outbound.Refused, match="a redirect to what is not a URL"):
+        outbound.post(f"http://127.0.0.1:{answering(reply)}/", b"{}", {})
