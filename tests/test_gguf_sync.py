@@ -246,3 +246,22 @@ def test_a_gguf_derivative_stores_its_drift_from_the_base_both_ways(
     fake_hub.store.add_commit("Qwen/Qwen3-8B", {"tokenizer_config.json": tc(NEW)}, "Fix")
     sync("Qwen/Qwen3-8B")
     assert HubModel.objects.get(repo_id="bartowski/Qwen3-8B-GGUF").drift == "older"
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        # llama.cpp's named templates are keys `tokenizer.chat_template.<name>`: any length.
+        ({"named": {"n" * 150 + "1": OLD, "n" * 150 + "2": NEW}}, "1 to 100 characters"),
+        ({"named": {"tool\x00use": NEW}}, "a template name holds a NUL"),
+    ],
+)
+def test_templates_a_gguf_embeds_that_the_catalog_cannot_store_make_it_broken(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult], options: dict[str, Any], reason: str
+) -> None:
+    upload(fake_hub, "odd/names-GGUF", {"m-Q4.gguf": gguf(OLD, **options)})
+    assert sync("odd/names-GGUF").status == ModelStatus.BROKEN
+    model = HubModel.objects.get(repo_id="odd/names-GGUF")
+    assert reason in model.status_reason
+    assert model.current_snapshot is None
+    assert [(e["path"], e["named"]) for e in model.gguf_files] == [("m-Q4.gguf", {})]
