@@ -63,14 +63,24 @@ def _predicted(pair: dict[str, Any]) -> Any:
     return predicted if predicted is not None else pair.get("reusable_tokens")
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _row(result: dict[str, Any]) -> ProbeResultRow:
-    pairs = [p for p in result.get("pairs") or [] if isinstance(p, dict)]
-    repeat = result.get("exact_repeat") or {}
-    correctness = repeat.get("correctness") or {} if isinstance(repeat, dict) else {}
+    """One result of a report, read for what it should hold: a field of another type (the
+    report is stored as the probe sent it) reads as missing, never as an error."""
+    pairs = [p for p in _list(result.get("pairs")) if isinstance(p, dict)]
+    correctness = _dict(_dict(result.get("exact_repeat")).get("correctness"))
+    size = result.get("prompt_size")
     disagreement = result.get("disagreement_kind") or ("yes" if result.get("disagreement") else "")
     return ProbeResultRow(
         conversation=str(result.get("conversation", "")),
-        prompt_size=int(result.get("prompt_size") or 0),
+        prompt_size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
         path=str(result.get("path", "")),
         verdict=str(result.get("verdict") or ""),
         reused_share=_number(result.get("reused_share")),
@@ -102,17 +112,16 @@ class ProbeView:
 
     @classmethod
     def build(cls, run: ProbeRun) -> ProbeView:
-        report = run.report if isinstance(run.report, dict) else {}
-        results = [r for r in report.get("results") or [] if isinstance(r, dict)]
-        model = report.get("model") if isinstance(report.get("model"), dict) else {}
-        layers = [str(c.get("class", "")) for c in (model or {}).get("cache_layers") or []
-                  if isinstance(c, dict)]  # fmt: skip
+        report = _dict(run.report)
+        results = [r for r in _list(report.get("results")) if isinstance(r, dict)]
+        cache_layers = _list(_dict(report.get("model")).get("cache_layers"))
+        layers = [str(c.get("class", "")) for c in cache_layers if isinstance(c, dict)]
         # Layer classes, counted: "ArraysCache × 3, KVCache × 1".
         counted = {name: layers.count(name) for name in dict.fromkeys(layers)}
         return cls(
             run=run,
             rows=[_row(r) for r in results],
-            machine=dict(run.machine or report.get("machine") or {}),
+            machine=_dict(run.machine) or _dict(report.get("machine")),
             cache_layers=[f"{name} × {n}" for name, n in counted.items()],
         )
 

@@ -8,6 +8,7 @@ sessions, so a page can put the template's prediction beside the engine's measur
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.conf import settings
@@ -104,13 +105,46 @@ def request_due_probes(limit: int = MAX_WAITING) -> int:
 
 
 def overall(report: dict[str, Any]) -> tuple[str, float | None, bool]:
-    """Worst verdict, lowest reused share, and whether any result disagrees with the template."""
-    results = [r for r in report.get("results", []) if r.get("verdict") in ProbeVerdict.values]
+    """Worst verdict, lowest reused share, and whether any result disagrees with the template.
+    Raises BadReport for a result whose reused share is not a number from 0 to 1."""
+    results = [
+        r
+        for r in report.get("results") or []
+        if isinstance(r, dict) and r.get("verdict") in ProbeVerdict.values
+    ]
     if not results:
         return "", None, False
     worst = max(results, key=lambda r: PROBE_SEVERITY[ProbeVerdict(r["verdict"])])["verdict"]
-    shares = [float(r["reused_share"]) for r in results if r.get("reused_share") is not None]
+    shares = [share(r.get("reused_share")) for r in results if r.get("reused_share") is not None]
     return worst, (min(shares) if shares else None), any(r.get("disagreement") for r in results)
+
+
+class BadReport(ValueError):
+    """A probe report that cannot be what the probe sends; the message says why."""
+
+
+def share(value: Any) -> float:
+    """A reused share as the report gives it: a number from 0 to 1, else BadReport."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise BadReport(f"a reused share of {str(value)[:40]!r}, not a number from 0 to 1")
+    return float(value)
+
+
+def storable(value: Any, depth: int = 0) -> Any:
+    """`value` as a JSON column holds it: a number that is not finite (NaN, which the broker's
+    JSON carries) is null, text loses NUL characters and lone surrogates, keys become text;
+    deeper than 32 levels is cut (null)."""
+    if depth > 32:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {str(storable(k, depth + 1)): storable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v, depth + 1) for v in value]
+    return value if value is None or isinstance(value, bool | int) else str(value)
 
 
 def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
@@ -122,15 +156,27 @@ def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
             return None
         if run.state in (ProbeState.DONE, ProbeState.ERROR):
             return run
-        verdict, share, disagreement = overall(report)
+        if not isinstance(report, dict):
+            report = {"status": "error", "error": "the report is not an object", "sent": report}
+        try:  # read as sent (NaN is no share), stored as a JSON column holds it
+            if not isinstance(report.get("results") or [], list):
+                raise BadReport("its results are not a list")
+            verdict, lowest, disagreement = overall(report)
+            report = storable(report)
+        except BadReport as bad:
+            report = storable(report)
+            # Kept as sent, for whoever looks into the probe, but it measured nothing usable.
+            verdict, lowest, disagreement = "", None, False
+            report = {**report, "status": "error", "error": f"the report is not usable: {bad}"}
         ok = report.get("status") == "ok"
         run.state = ProbeState.DONE if ok else ProbeState.ERROR
         run.verdict = verdict
-        run.reused_share = share
+        run.reused_share = lowest
         run.disagreement = disagreement
         run.report = report
-        run.machine = dict(report.get("machine") or {})
-        run.error = "" if ok else str(report.get("error") or "the probe failed")
+        machine = report.get("machine")
+        run.machine = machine if isinstance(machine, dict) else {}
+        run.error = "" if ok else str(report.get("error") or "the probe failed")[:2000]
         run.finished_at = timezone.now()
         run.save()
         record_probe(run)

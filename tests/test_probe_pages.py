@@ -4,6 +4,8 @@ its JSON, and the staff actions (re-sync, re-check, probe) with their live progr
 from __future__ import annotations
 
 import copy
+import json
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +29,7 @@ from registry.models import (
     ProbeStatus,
     TemplateVersion,
 )
-from registry.probes import store_report
+from registry.probes import request_probe_once, store_report
 from tests.dashboard_data import (
     HOSTILE_REPO,
     Catalog,
@@ -558,3 +560,55 @@ def test_page_shows_a_report_from_the_real_probe(
         assert f"{predicted:,}</span> → {reused:,}" in section and f"of {held:,}" in section
         assert f"<code>{result['path']}</code>" in section
     assert report["machine"]["mlx_lm"] in section
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"results": [{"verdict": "miss", "reused_share": math.nan}]}, "not a number from 0 to 1"),
+        ({"results": [{"verdict": "hit", "reused_share": 7.5}]}, "not a number from 0 to 1"),
+        ({"results": [{"verdict": "hit", "reused_share": "abc"}]}, "not a number from 0 to 1"),
+        ({"results": [{"verdict": "hit", "reused_share": math.inf}]}, "not a number from 0 to 1"),
+        ({"results": "abc"}, "its results are not a list"),
+    ],
+)
+def test_a_report_that_cannot_be_the_probes_is_an_error_with_why(
+    client: Client, catalog: Catalog, change: dict[str, Any], reason: str
+) -> None:
+    """What the Mac worker sends is stored as sent, but a share outside 0 to 1 (NaN, which the
+    broker's JSON carries, included) measured nothing: the probe ends as an error with why,
+    and the next probe can be queued. Before, the write failed and left the probe running,
+    holding one of the queue's places for good."""
+    run = probed(catalog.unsafe, {**REPORT, **change})
+    assert run.state == ProbeState.ERROR
+    assert reason in run.error
+    assert json.dumps(run.report, allow_nan=False)  # what a JSON column holds
+    assert request_probe_once(catalog.unsafe).pk != run.pk
+    page = client.get(f"/m/{catalog.unsafe.repo_id}/")
+    assert page.status_code == 200
+    assert not CatalogVerdict.objects.filter(model=catalog.unsafe).exclude(probe="none").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"machine": "M2"},
+        {"model": {"cache_layers": 5}},
+        {"error": "bad \ud800 and \x00 text", "status": "error"},
+        {"results": [{"verdict": "hit", "reused_share": 0.5, "prompt_size": "4k"}]},
+        {
+            "results": [
+                {"verdict": "hit", "reused_share": 0.5, "exact_repeat": {"correctness": "no"}}
+            ]
+        },
+        {"results": [{"verdict": "hit", "reused_share": 0.5, "pairs": "none"}]},
+    ],
+)
+def test_fields_of_another_type_read_as_missing_and_every_page_answers(
+    client: Client, catalog: Catalog, change: dict[str, Any]
+) -> None:
+    run = probed(catalog.unsafe, {**REPORT, **change})
+    assert run.state in (ProbeState.DONE, ProbeState.ERROR)
+    assert client.get(f"/m/{catalog.unsafe.repo_id}/").status_code == 200
+    assert client.get(f"/api/models/{catalog.unsafe.repo_id}").status_code == 200
+    assert client.get("/probes/").status_code == 200
