@@ -33,6 +33,7 @@ from .models import (
     TemplateVersion,
 )
 from .signals import check_requested, events_recorded
+from .storable import storable
 from .verdicts import refresh_verdicts, save_run
 
 logger = logging.getLogger(__name__)
@@ -242,11 +243,22 @@ def resend_stalled_checks(limit: int = 500) -> int:
 
 
 def store_result(run_id: int, report: dict[str, Any]) -> list[int]:
-    """Save a finished check and update every model using the version; return the flipped ones."""
+    """Save a finished check and update every model using the version; return the flipped ones.
+    The report's text is stored as the database holds it (`storable`: a template can write a
+    lone surrogate into an error message)."""
     with transaction.atomic():
         run = CheckRun.objects.select_for_update().select_related("template_version").get(pk=run_id)
-        parsed = TemplateReport.from_dict(report)
+        parsed = TemplateReport.from_dict(storable(report))
         if parsed.engine_version != run.engine_version:
             raise ValueError(f"report of engine {parsed.engine_version} for run {run.pk}")
         save_run(run.template_version, parsed, tokenizer_sha=run.tokenizer_sha)
         return refresh_verdicts([run.template_version_id])
+
+
+def record_failure(run_id: int, reason: str) -> None:
+    """A check that could not finish as no check should (a bug, the task's time limit): the
+    run ends `failed` with the reason, which its pages show, instead of staying `running` and
+    being sent again for ever. A later check of the version (staff, a new engine) runs anew."""
+    CheckRun.objects.filter(pk=run_id).exclude(status=CheckStatus.DONE).update(
+        status=CheckStatus.FAILED, error=storable(reason)[:1000], finished_at=timezone.now()
+    )

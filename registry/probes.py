@@ -8,7 +8,6 @@ sessions, so a page can put the template's prediction beside the engine's measur
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +29,7 @@ from .models import (
     ProbeState,
     ProbeVerdict,
 )
+from .storable import storable
 from .verdicts import record_probe
 
 logger = logging.getLogger(__name__)
@@ -128,23 +128,6 @@ def share(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise BadReport(f"a reused share of {str(value)[:40]!r}, not a number from 0 to 1")
     return float(value)
-
-
-def storable(value: Any, depth: int = 0) -> Any:
-    """`value` as a JSON column holds it: a number that is not finite (NaN, which the broker's
-    JSON carries) is null, text loses NUL characters and lone surrogates, keys become text;
-    deeper than 32 levels is cut (null)."""
-    if depth > 32:
-        return None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, dict):
-        return {str(storable(k, depth + 1)): storable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(v, depth + 1) for v in value]
-    return value if value is None or isinstance(value, bool | int) else str(value)
 
 
 def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:

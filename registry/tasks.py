@@ -12,11 +12,12 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Task, current_app, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from checks import SandboxPool, TemplateSource, check_template
+from checks import SandboxLimits, SandboxPool, TemplateSource, check_template
 from checks.reports import checked_on_bytes
 
 from . import discovery, jobs, pipeline
@@ -43,6 +44,13 @@ def sandbox_pool() -> SandboxPool:
         if _pool is None:
             _pool = SandboxPool(size=1)
         return _pool
+
+
+#: A check task's time (its soft limit; the hard one 20 s later): 20 s past the sandbox's
+#: guard on a render's wall time for the CPU budget (100 s for the default 10 s), so that a
+#: render the machine starves of CPU ends as the template's verdict, not as the task's time
+#: limit (at 100 s both, the limit could come first and leave the run unfinished).
+CHECK_SECONDS = int(SandboxLimits().wall_guard(float(settings.CHECK_CPU_SECONDS))) + 20
 
 
 class HubBusy(Exception):
@@ -86,8 +94,8 @@ def run_engine(run: CheckRun) -> dict[str, Any]:
     retry_backoff=2,
     retry_backoff_max=60,
     max_retries=30,
-    soft_time_limit=100,
-    time_limit=120,
+    soft_time_limit=CHECK_SECONDS,
+    time_limit=CHECK_SECONDS + 20,
 )
 def run_check(self: Task[Any, Any], run_id: int) -> str:
     """Check one template version. Idempotent: a duplicate or retried delivery acts once."""
@@ -111,8 +119,18 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
         ):
             return "done already"
         logger.info("check %s: running the engine on %s", run_id, run.template_version.sha256)
-        report = run_engine(run)
-        pipeline.store_result(run_id, report)
+        try:
+            report = run_engine(run)
+            pipeline.store_result(run_id, report)
+        except (OperationalError, InterfaceError, HubBusy):
+            raise  # retried later (`autoretry_for`)
+        except SoftTimeLimitExceeded:
+            pipeline.record_failure(run_id, f"the check took longer than {CHECK_SECONDS} s")
+            return "failed"
+        except Exception as exc:
+            logger.error("check %s failed", run_id, exc_info=exc)
+            pipeline.record_failure(run_id, f"the check failed ({type(exc).__name__}: {exc})")
+            return "failed"
         return str(report["verdict"])
     finally:
         try:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 
 from checks import TemplateReport
 from registry import pipeline
 from registry.models import CheckRun, CheckStatus, EventKind, HubModel, Lease, ModelEvent, Verdict
+from registry.tasks import CHECK_SECONDS
 from tests.pipeline_data import SAFE_TEMPLATE, UNSAFE_TEMPLATE, add_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,3 +143,64 @@ def test_a_duplicate_that_gets_the_lease_after_the_result_is_stored_does_not_red
     assert tasks.run_check.apply(args=(run.pk,)).get() == "done already"
     assert CheckRun.objects.get(pk=run.pk).status == CheckStatus.DONE
     assert not Lease.objects.exists()
+
+
+def test_a_template_whose_error_holds_a_lone_surrogate_gets_its_verdict_stored(
+    sent: list[int],
+) -> None:
+    """Jinja writes "\\ud800" as a lone surrogate, which no database takes: the report's text is
+    stored as the database holds it, and the run is done with the template's error. Before,
+    the write failed, and the run stayed running and was sent again for ever."""
+    from registry import tasks
+
+    model = add_model("org/surrogate", '{{ raise_exception("bad \\ud800 thing") }}')
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+    assert tasks.run_check.apply(args=(run.pk,)).get() == "error"
+    run.refresh_from_db()
+    model.refresh_from_db()
+    assert run.status == CheckStatus.DONE
+    assert model.verdict == Verdict.ERROR and "bad ? thing" in model.verdict_summary
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (RuntimeError("a bug in storing"), "the check failed (RuntimeError: a bug in storing)"),
+        (SoftTimeLimitExceeded(), f"the check took longer than {CHECK_SECONDS} s"),
+    ],
+)
+def test_a_check_that_fails_as_no_check_should_ends_failed_and_is_not_sent_again(
+    sent: list[int], monkeypatch: pytest.MonkeyPatch, raised: Exception, reason: str
+) -> None:
+    from registry import tasks
+
+    add_model("org/failing", SAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+
+    def failing(*args: Any) -> None:
+        raise raised
+
+    monkeypatch.setattr(pipeline, "store_result", failing)
+    assert tasks.run_check.apply(args=(run.pk,)).get() == "failed"
+    run.refresh_from_db()
+    assert (run.status, run.error) == (CheckStatus.FAILED, reason)
+    assert run.finished_at is not None and not Lease.objects.exists()
+    CheckRun.objects.filter(pk=run.pk).update(
+        created_at=run.created_at - 2 * pipeline.RESEND_PENDING_AFTER,
+        started_at=run.created_at - 2 * pipeline.RESEND_PENDING_AFTER,
+    )
+    assert pipeline.resend_stalled_checks() == 0
+    assert pipeline.request_missing_checks() == 0  # checked, and failed: not asked again
+
+
+def test_a_check_task_outlasts_the_sandboxs_guard_on_a_render() -> None:
+    """A render the machine starves of CPU ends at the sandbox's wall guard, as the template's
+    verdict; the task's own time limit must not come first (both were 100 s)."""
+    from checks import SandboxLimits
+    from registry import tasks
+
+    guard = SandboxLimits().wall_guard(float(settings.CHECK_CPU_SECONDS))
+    assert tasks.run_check.soft_time_limit == CHECK_SECONDS >= guard + 20
+    assert tasks.run_check.time_limit == CHECK_SECONDS + 20
