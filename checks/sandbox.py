@@ -242,10 +242,9 @@ class SandboxPool:
         try:
             if worker is None or not worker.alive():
                 worker = self._spawn()
+            deadline = time.monotonic() + wall
             try:
-                answer = worker.request(
-                    {**job, "id": job_id, "cpu_seconds": cpu}, time.monotonic() + wall
-                )
+                answer = worker.request({**job, "id": job_id, "cpu_seconds": cpu}, deadline)
             except BaseException:
                 # Interrupted mid-job (a Celery soft time limit, KeyboardInterrupt): the worker
                 # may still answer later, and that answer must never reach another job.
@@ -257,7 +256,9 @@ class SandboxPool:
                 worker = None
                 raise SandboxError("sandbox worker answered another job; it was replaced")
             if answer is None:
-                returncode = worker.process.poll()
+                # Before the deadline, no answer is the worker's end (its output closed): wait a
+                # moment for its exit status, which says why (a signal, the memory limit).
+                returncode = _exit_status(worker.process, deadline)
                 self._discard(worker)
                 worker = None
                 if returncode is None:
@@ -285,6 +286,17 @@ class SandboxPool:
             worker.end_input()  # all at once: they exit side by side
         for worker in workers:
             worker.close()
+
+
+def _exit_status(process: subprocess.Popen[bytes], deadline: float) -> int | None:
+    """The worker's exit status, waiting up to 5 s for it when its deadline has not passed
+    (its output ends a moment before it is reaped); None while it still runs."""
+    if time.monotonic() >= deadline:
+        return process.poll()
+    try:
+        return process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 # Starting a worker (interpreter, imports) is not the template's time; a busy host can be slow.

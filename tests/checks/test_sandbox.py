@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -259,3 +260,30 @@ def test_the_same_verdict_on_an_idle_and_on_a_loaded_machine() -> None:
             hog.kill()
             hog.wait()
     assert idle == loaded == (SAFE, ERROR), (used, idle, loaded)
+
+
+def test_a_worker_killed_mid_job_is_said_to_have_died_not_to_be_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its output ends a moment before it is reaped: the reason waits for its exit status, and
+    says it died of the signal, not that it did not answer within the wall guard (3 runs of 5
+    said so before)."""
+    pool = SandboxPool(size=1)
+    sent = sandbox._Worker.request
+
+    def send_then_kill(
+        worker: sandbox._Worker, job: dict[str, Any], deadline: float
+    ) -> dict[str, Any] | None:
+        threading.Timer(0.2, os.kill, (worker.process.pid, signal.SIGKILL)).start()
+        return sent(worker, job, deadline)
+
+    try:
+        assert check_template(CHATML, pool=pool, cache=None).verdict == SAFE
+        monkeypatch.setattr(sandbox._Worker, "request", send_then_kill)
+        reasons = [
+            check_template(SLOW + f"{{# {n} #}}", pool=pool, cache=None, cpu_seconds=30).reason
+            for n in range(3)
+        ]
+    finally:
+        pool.close()
+    assert all(reason.startswith("sandbox process died (signal 9)") for reason in reasons), reasons
