@@ -286,4 +286,6 @@ def test_a_worker_killed_mid_job_is_said_to_have_died_not_to_be_slow(
         ]
     finally:
         pool.close()
-    assert all(reason.startswith("sandbox process died (signal 9)") for reason in reasons), reasons
+    assert all(str(reason).startswith("sandbox process died (signal 9)") for reason in reasons), (
+        reasons
+    )
