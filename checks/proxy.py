@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -59,8 +59,13 @@ MAX_BODY = 32 * 1024 * 1024
 
 @dataclass
 class Conversation:
+    """A conversation as the proxy follows it: its number, its last request and how many it
+    has seen (the last is all a diagnosis compares: keeping every request grew the proxy by
+    each body it relayed, for as long as it ran)."""
+
     number: int
-    requests: list[ClientRequest] = field(default_factory=list)
+    last: ClientRequest | None = None
+    seen: int = 0
 
 
 class Recorder:
@@ -81,9 +86,10 @@ class Recorder:
         with self.lock:
             best, score_best = None, (0, 0)
             for conversation in self.conversations:
+                assert conversation.last is not None  # placed with its first request
                 old = [
                     m
-                    for m in conversation.requests[-1].messages
+                    for m in conversation.last.messages
                     if m.get("role") not in ("system", "developer")
                 ]
                 leading = 0
@@ -98,8 +104,8 @@ class Recorder:
             if best is None:
                 best = Conversation(len(self.conversations) + 1)
                 self.conversations.append(best)
-            previous = best.requests[-1] if best.requests else None
-            best.requests.append(request)
+            previous = best.last
+            best.last, best.seen = request, best.seen + 1
             return best, previous
 
     def diagnose(
@@ -146,6 +152,19 @@ class Recorder:
         }
 
 
+def _count(value: Any) -> int | None:
+    """A token count as an upstream writes it (an integer, or a float of one); None for
+    anything else ("abc", a list, NaN, 1e999), which a server should not send and which must
+    not cost the request its diagnosis."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and 0 <= value < 2**53:
+        return int(value)
+    return None
+
+
 def cache_figures(answer: bytes) -> dict[str, int | None]:
     """The upstream's own reuse figures from a JSON answer or the events of a stream."""
     found: dict[str, int | None] = {"cached_tokens": None, "prompt_tokens": None}
@@ -168,17 +187,19 @@ def cache_figures(answer: bytes) -> dict[str, int | None]:
         usage = event.get("usage") or {}
         if isinstance(usage, dict):
             details = usage.get("prompt_tokens_details") or {}
-            if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                found["cached_tokens"] = int(details["cached_tokens"])
-            if usage.get("prompt_tokens") is not None:
-                found["prompt_tokens"] = int(usage["prompt_tokens"])
-            if usage.get("cache_read_input_tokens") is not None:  # Anthropic's field
-                found["cached_tokens"] = int(usage["cache_read_input_tokens"])
+            if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
+                found["cached_tokens"] = _count(details["cached_tokens"])
+            if _count(usage.get("prompt_tokens")) is not None:
+                found["prompt_tokens"] = _count(usage["prompt_tokens"])
+            if _count(usage.get("cache_read_input_tokens")) is not None:  # Anthropic's field
+                found["cached_tokens"] = _count(usage["cache_read_input_tokens"])
         timings = event.get("timings") or {}
-        if isinstance(timings, dict) and timings.get("cache_n") is not None:  # llama.cpp
-            found["cached_tokens"] = int(timings["cache_n"])
-            if timings.get("prompt_n") is not None:
-                found["prompt_tokens"] = int(timings["prompt_n"]) + int(timings["cache_n"])
+        if isinstance(timings, dict) and _count(timings.get("cache_n")) is not None:  # llama.cpp
+            cached = _count(timings["cache_n"])
+            found["cached_tokens"] = cached
+            prompt = _count(timings.get("prompt_n"))
+            if prompt is not None and cached is not None:
+                found["prompt_tokens"] = prompt + cached
     return found
 
 
@@ -240,7 +261,9 @@ def make_handler(
                 out.write(line_for(entry) + "\n")
                 out.flush()
                 if log is not None:
-                    log.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    line = json.dumps(entry, ensure_ascii=False)
+                    # A lone surrogate (a body can escape one) written escaped, into any file.
+                    log.write(line.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
                     log.flush()
             except Exception as exc:  # noqa: BLE001 - one bad record must not stop the rest
                 out.write(f"{path}: could not record this request ({type(exc).__name__})\n")
@@ -273,13 +296,16 @@ def make_handler(
             """The request's body, sent with a length or in chunks; BodyError if unreadable."""
             if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
                 return read_chunked(self.rfile, MAX_BODY)
-            given = self.headers.get("Content-Length") or "0"
-            if not given.isdigit():
+            given = (self.headers.get("Content-Length") or "0").strip()
+            if not (given.isascii() and given.isdigit()):  # ("²" is a digit to isdigit)
                 raise BodyError(400, f"Content-Length is not a length: {given[:40]!r}")
             length = int(given)
             if length > MAX_BODY:
                 raise BodyError(413, f"request body over {MAX_BODY} bytes")
-            return self.rfile.read(length) if length else b""
+            body = self.rfile.read(length) if length else b""
+            if len(body) < length:
+                raise BodyError(400, f"the body ended after {len(body)} of {length} bytes")
+            return body
 
         def _relay(self) -> None:
             started = time.perf_counter()
@@ -321,6 +347,17 @@ def make_handler(
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                     status = answer.status_code
+            except (httpx2.InvalidURL, UnicodeEncodeError, ValueError) as exc:
+                if answered:
+                    raise  # (none of these comes once the upstream answered)
+                # What cannot be sent on as it came: an absolute-form target ("GET http://…",
+                # as to an HTTP proxy), a header of text past Latin-1, a control character.
+                self._fail(400, f"cannot relay this request: {type(exc).__name__}: {exc}"[:300])
+                return
+            except (BrokenPipeError, ConnectionResetError):
+                # The client left mid-answer (a cancelled stream): what was asked is recorded.
+                self.close_connection = True
+                status = answer.status_code if answered else 499
             except httpx2.HTTPError as exc:
                 said = f"upstream {upstream} unreachable: {type(exc).__name__}"
                 if answered:  # cut off mid-answer: nothing more can be said to the client
@@ -361,8 +398,8 @@ def record(
         "path": path,
         "status": status,
         "conversation": conversation.number,
-        "request": len(conversation.requests),
-        "diagnosis": recorder.diagnose(previous, request, len(conversation.requests)),
+        "request": conversation.seen,
+        "diagnosis": recorder.diagnose(previous, request, conversation.seen),
         **cache_figures(answer),
         "ttft_ms": None if ttft is None else round(ttft, 1),
     }
@@ -441,8 +478,19 @@ def drain(server: ThreadingHTTPServer) -> None:
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
         sys.stderr.write("python -m checks proxy: error: --listen must be HOST:PORT\n")
+        return 2
+    import httpx2
+
+    try:
+        target = httpx2.URL(args.upstream)
+    except (httpx2.InvalidURL, ValueError) as exc:
+        target = None
+        why = str(exc)
+    if target is None or target.scheme not in ("http", "https") or not target.host:
+        why = why if target is None else "an http or https URL with a host"
+        sys.stderr.write(f"python -m checks proxy: error: --upstream: {why}\n")
         return 2
     template = tokenizer_json = None
     if args.template is not None:
@@ -453,7 +501,11 @@ def main(argv: Sequence[str]) -> int:
         except UsageError as exc:
             sys.stderr.write(f"python -m checks proxy: error: {exc}\n")
             return 2
-    log = args.log.open("a", encoding="utf-8") if args.log else None
+    try:
+        log = args.log.open("a", encoding="utf-8") if args.log else None
+    except OSError as exc:
+        sys.stderr.write(f"python -m checks proxy: error: cannot write --log: {exc}\n")
+        return 2
     try:
         server = serve(
             args.upstream,

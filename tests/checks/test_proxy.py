@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import socket
+import struct
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -302,3 +307,219 @@ def test_bad_bodies_and_a_dead_upstream_get_json_errors_and_a_line(pool: Sandbox
     assert head.startswith(b"HTTP/1.1 400 ")
     assert "Content-Length is not a length" in json.loads(payload)["error"]["message"]
     assert f"/v1/chat/completions: upstream {upstream} unreachable: ConnectError" in out.getvalue()
+
+
+def raw_request(base: str, request: bytes, *, half_close: bool = False) -> bytes:
+    """`request` written to the proxy on a socket of its own (what no client library sends),
+    and whatever it answers until it hangs up."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(request)
+        if half_close:
+            raw.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := raw.recv(65536):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "said"),
+    [
+        # The absolute form, as a client configured to use the proxy as an HTTP proxy sends.
+        (b"GET http://127.0.0.1:9/v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 400, "cannot relay"),
+        (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Title: caf\xc3\xa9\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+            400,
+            "cannot relay",
+        ),
+        # "²" is a digit to str.isdigit, not to int.
+        (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: \xc2\xb2\r\n\r\n{}",
+            400,
+            "Content-Length is not a length",
+        ),
+    ],
+)
+def test_what_cannot_be_relayed_gets_a_json_error_not_a_dropped_connection(
+    stub: str, pool: SandboxPool, request_bytes: bytes, status: int, said: str
+) -> None:
+    proxy = serve(stub, ("127.0.0.1", 0), out=io.StringIO(), pool=pool)
+    base = started(proxy)
+    head, _, payload = raw_request(base, request_bytes).partition(b"\r\n\r\n")
+    proxy.shutdown()
+    proxy.server_close()
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
+    assert said in json.loads(payload)["error"]["message"]
+
+
+def test_a_body_shorter_than_its_length_is_refused_not_relayed_cut(
+    stub: str, pool: SandboxPool
+) -> None:
+    proxy = serve(stub, ("127.0.0.1", 0), out=io.StringIO(), pool=pool)
+    base = started(proxy)
+    reply = raw_request(
+        base,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        + b'{"a": 1}',
+        half_close=True,
+    )
+    proxy.shutdown()
+    proxy.server_close()
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert "the body ended after 8 of 100 bytes" in json.loads(payload)["error"]["message"]
+    assert not Stub.seen_headers or all(h.get("Content-Length") != "8" for h in Stub.seen_headers)
+
+
+class Figures(BaseHTTPRequestHandler):
+    """An upstream whose usage figures are not counts."""
+
+    protocol_version = "HTTP/1.1"
+    usage: dict[str, Any] = {}
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps({**STUB_ANSWER, "usage": Figures.usage}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.parametrize("cached", ["abc", [1], 1e300, -3, True])
+def test_usage_figures_that_are_not_counts_cost_the_request_nothing(
+    pool: SandboxPool, cached: Any
+) -> None:
+    Figures.usage = {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": cached}}
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Figures)
+    out, log = io.StringIO(), io.StringIO()
+    proxy = proxy_with_template(started(upstream), out, log, pool)
+    base = started(proxy)
+    with httpx2.Client() as client:
+        for body in conversation()[:2]:
+            client.post(base + "/v1/chat/completions", json=body)
+    drain(proxy)
+    for server in (proxy, upstream):
+        server.shutdown()
+        server.server_close()
+    entries = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [e["request"] for e in entries] == [1, 2]
+    assert all(e["cached_tokens"] is None and e["prompt_tokens"] == 10 for e in entries)
+    assert "could not record" not in out.getvalue()
+
+
+def test_a_client_that_leaves_mid_answer_is_still_recorded(pool: SandboxPool) -> None:
+    """A cancelled stream: the proxy's write to the client fails, quietly, and what was asked
+    is diagnosed all the same."""
+
+    class Slow(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(40):
+                    event = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+                    self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                self.wfile.write(b"0\r\n\r\n")
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    out, log = io.StringIO(), io.StringIO()
+    proxy = proxy_with_template(started(upstream), out, log, pool)
+    base = started(proxy)
+    body = json.dumps({**conversation()[0], "stream": True}).encode()
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        raw.recv(1024)  # the answer has begun
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.5)  # the proxy writes on, to a socket that is gone
+    drain(proxy)
+    for server in (proxy, upstream):
+        server.shutdown()
+        server.server_close()
+    [entry] = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert entry["request"] == 1 and entry["status"] == 200
+    assert "could not record" not in out.getvalue()
+
+
+def test_a_lone_surrogate_in_a_body_is_logged_escaped(stub: str, pool: SandboxPool) -> None:
+    """A body can escape a lone surrogate ("\\ud800"); the log is written with such characters
+    escaped, where a UTF-8 file (strict, as `--log` opens it) lost the request's line."""
+    log_path = io.BytesIO()
+    log = io.TextIOWrapper(log_path, encoding="utf-8")
+    out = io.StringIO()
+    proxy = serve(
+        stub,
+        ("127.0.0.1", 0),
+        template=TemplateSource({"default": PLAIN}),
+        out=out,
+        log=log,
+        pool=pool,
+        keep_bodies=True,
+    )
+    base = started(proxy)
+    first, second = conversation()[:2]
+    second = {
+        **second,
+        "messages": [{"role": "system", "content": "x \ud800"}, *second["messages"]],
+    }
+    with httpx2.Client() as client:
+        client.post(base + "/v1/chat/completions", json=first)
+        client.post(
+            base + "/v1/chat/completions",
+            content=json.dumps(second).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+    drain(proxy)
+    proxy.shutdown()
+    proxy.server_close()
+    log.flush()
+    lines = log_path.getvalue().decode("utf-8").splitlines()
+    assert len(lines) == 2 and "x \\ud800" in lines[1]
+    assert "could not record" not in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--listen", "127.0.0.1:99999"], "--listen must be HOST:PORT"),
+        (["--upstream", "http://[::1"], "--upstream"),
+        (["--upstream", "ftp://example.test"], "an http or https URL with a host"),
+        (["--log", "{tmp}"], "cannot write --log"),
+        (["--log", "{tmp}/no/such/folder/x.jsonl"], "cannot write --log"),
+    ],
+)
+def test_a_proxy_that_cannot_start_says_why_and_exits_2(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    argv = ["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0"]
+    argv += [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    process = subprocess.run(
+        [sys.executable, "-m", "checks", "proxy", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert process.returncode == 2, process.stderr
+    assert said in process.stderr and "Traceback" not in process.stderr
