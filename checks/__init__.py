@@ -197,7 +197,10 @@ def _checked(
     if cache is not None:
         cached = cache.get(key)
         if cached is not None:
-            return TemplateReport.from_dict({**cached, "file": item.file})
+            try:
+                return TemplateReport.from_dict({**cached, "file": item.file})
+            except (TypeError, KeyError, ValueError, AttributeError):
+                pass  # not a report (a file edited or cut short): checked again
     job = sandbox_job(source, item.file, options, item.tokenizer_json)
     started = time.perf_counter()
     try:

@@ -24,6 +24,12 @@ def run(argv: list[str]) -> int:
 def exit_code(argv: list[str]) -> int:
     """`run`, and a reader who stops reading (`| head`) ends it quietly, as other tools do:
     Python's default would print a BrokenPipeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        # A lone surrogate (a template can write one, a request can escape one) is written
+        # escaped: strict UTF-8 ended the run with a traceback after every check had run.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = run(argv)
         sys.stdout.flush()

@@ -116,13 +116,16 @@ def _is_template_file(path: Path) -> bool:
 
 def template_files(directory: Path) -> list[Path]:
     """Templates and configs anywhere below a directory, hidden folders skipped, in path order."""
-    return sorted(
-        p
-        for p in directory.rglob("*")
-        if p.is_file()
-        and _is_template_file(p)
-        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-    )
+    try:
+        return sorted(
+            p
+            for p in directory.rglob("*")
+            if p.is_file()
+            and _is_template_file(p)
+            and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+        )
+    except RecursionError:  # pathlib walks folders by recursion: about a thousand deep
+        raise UsageError(f"{directory}: folders nested too deeply to walk") from None
 
 
 def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[CheckInput]:
@@ -227,7 +230,10 @@ def display_names(files: Sequence[str]) -> list[str]:
     if len(set(names)) == len(names):
         return names
     paths = [Path(f) for f in files]
-    common = Path(os.path.commonpath([p.parent for p in paths]))
+    try:
+        common = Path(os.path.commonpath([p.parent for p in paths]))
+    except ValueError:  # relative and absolute paths mixed: no folder is common to both
+        return [str(p) for p in paths]
     return [str(p.relative_to(common)) if p.is_relative_to(common) else str(p) for p in paths]
 
 
@@ -277,6 +283,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     try:
         tokenizer_json = _read_tokenizer(args.tokenizer)
         items = collect_inputs(args.paths, tokenizer_json)
+        if args.cache_dir and args.cache_dir.exists() and not args.cache_dir.is_dir():
+            raise UsageError(f"--cache-dir {args.cache_dir}: not a directory")
     except UsageError as exc:
         parser.print_usage(sys.stderr)
         sys.stderr.write(f"python -m checks: error: {exc}\n")

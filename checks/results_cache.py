@@ -85,9 +85,14 @@ class DirectoryResultCache:
         return data
 
     def put(self, key: str, report: dict[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # Write then rename, so a concurrent reader never sees half a file.
-        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(report, handle)
-        os.replace(tmp, self._path(key))
+        """Keep `report` for `key`; a directory that cannot take it (full, read-only, a file
+        by that name) keeps nothing, and the check's result is still given."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Write then rename, so a concurrent reader never sees half a file.
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(report, handle)
+            os.replace(tmp, self._path(key))
+        except OSError:
+            return

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from checks import cli
 from checks.conversations import SYSTEM_PROMPT
 from tests.checks.conftest import CHATML, REASONING_ON_LAST
 
@@ -373,3 +374,55 @@ def test_the_venv_runs_the_cli_from_any_folder(tmp_path: Path) -> None:
     )
     assert gate.returncode == 1, gate.stderr
     assert gate.stderr.startswith("models/mine: Breaks the cache"), gate.stderr
+
+
+def test_a_lone_surrogate_a_template_writes_is_printed_escaped(tmp_path: Path) -> None:
+    """Jinja writes "\\ud800" as a lone surrogate, which strict UTF-8 output refuses: the table
+    and the JSON print it escaped (in JSON, an escape JSON reads), exit 0, no traceback."""
+    path = tmp_path / "surrogate.jinja"
+    path.write_text('{{ raise_exception("bad \\ud800 token") }}')
+    table = run(str(path))
+    assert table.returncode == 0, table.stderr
+    assert "bad \\ud800 token" in table.stdout and "Traceback" not in table.stderr
+    [report] = results(run(str(path), "--json"))
+    assert "bad \ud800 token" in report["summary"]
+
+
+def test_paths_odd_for_the_table_are_still_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two configs of one name, one given relative and one absolute (no folder is common to
+    both): a table, not a traceback. And a folder nested deeper than pathlib's recursion can
+    walk (about a thousand levels, which a test cannot make and clean up portably: the walk is
+    made to raise as it does there) is a usage error."""
+    for name in ("r1", "r2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tokenizer_config.json").write_text(
+            json.dumps({"chat_template": CHATML})
+        )
+    relative = os.path.relpath(tmp_path / "r1" / "tokenizer_config.json", REPO)
+    mixed = run(relative, str(tmp_path / "r2" / "tokenizer_config.json"))
+    assert mixed.returncode == 0, mixed.stderr
+    assert mixed.stdout.count("tokenizer_config.json") == 2
+
+    def too_deep(self: Path, pattern: str) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(Path, "rglob", too_deep)
+    assert cli.main([str(tmp_path)]) == 2
+    assert "folders nested too deeply to walk" in capsys.readouterr().err
+
+
+def test_a_cache_dir_that_cannot_serve_is_a_usage_error_or_a_miss(tmp_path: Path) -> None:
+    path = tmp_path / "chatml.jinja"
+    path.write_text(CHATML)
+    (tmp_path / "afile").write_text("")
+    refused = run(str(path), "--cache-dir", str(tmp_path / "afile"))
+    assert refused.returncode == 2 and "not a directory" in refused.stderr
+    cache = tmp_path / "cache"
+    assert run(str(path), "--cache-dir", str(cache)).returncode == 0
+    [entry] = cache.glob("*.json")
+    entry.write_text("{}")  # valid JSON, not a report: checked again
+    again = run(str(path), "--cache-dir", str(cache))
+    assert again.returncode == 0, again.stderr
+    assert "Cache-safe" in again.stdout
