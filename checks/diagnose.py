@@ -196,6 +196,11 @@ def parse_body(body: Any, where: str = "request") -> ClientRequest:
     raw_tools = body.get("tools")
     if raw_tools is not None and not isinstance(raw_tools, list):
         raise RequestError(f'{where}: "tools" must be a list')
+    for number, tool in enumerate(raw_tools or (), start=1):
+        if not isinstance(tool, dict):
+            raise RequestError(f"{where}: tools item {number} must be an object")
+        if "function" in tool and not isinstance(tool["function"], dict):
+            raise RequestError(f'{where}: tools item {number}: "function" must be an object')
     try:
         if anthropic:
             normalized = _anthropic_messages(body)
@@ -234,13 +239,35 @@ def load_json(text: str | bytes) -> Any:
     integer past Python's 4,300 digits, is invalid JSON like any other (json raises
     RecursionError and a plain ValueError for them, which no caller expects)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise
     except ValueError as exc:
         raise json.JSONDecodeError(str(exc)[:120], "", 0) from None
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        # Parsed, but written again for the sandbox, JSON's encoder recurses deeper per level
+        # than its parser: a body just under the parser's limit failed there.
+        raise json.JSONDecodeError(f"nested more than {MAX_JSON_DEPTH} levels deep", "", 0)
+    return value
+
+
+#: The deepest a client's JSON body may nest (a tool's parameter schema is a few levels).
+MAX_JSON_DEPTH = 100
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists or objects more than `limit` levels deep (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def parse_text(text: str, name: str) -> list[ClientRequest]:

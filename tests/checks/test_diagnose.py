@@ -208,6 +208,17 @@ def test_a_template_that_fails_names_the_request(pool: SandboxPool) -> None:
         ("[1, 2]", "must be a JSON object"),
         ('{"messages": [{"content": "no role"}]}', "message 1 must be an object with a role"),
         ('{"messages": [{"role": "user", "content": "x"}], "tools": {}}', '"tools" must be a list'),
+        # A tool of the wrong shape was blamed on the template ("the template failed").
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": [5]}', "tools item 1 must be"),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], "tools": [{"function": 5}]}',
+            'tools item 1: "function" must be an object',
+        ),
+        # Parsed, but too deep for JSON's encoder to write again for the sandbox.
+        (
+            '{"messages": [{"role": "user", "content": "x", "x": ' + "[" * 900 + "]" * 900 + "}]}",
+            "nested more than 100 levels deep",
+        ),
     ],
 )
 def test_bad_requests_are_a_clear_error(text: str, message: str) -> None:
