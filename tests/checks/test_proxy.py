@@ -92,7 +92,7 @@ def pool() -> Iterator[SandboxPool]:
 
 
 def proxy_with_template(
-    upstream: str, out: IO[str], log: IO[str], pool: SandboxPool
+    upstream: str, out: IO[str], log: IO[str], pool: SandboxPool, *, keep_bodies: bool = False
 ) -> ThreadingHTTPServer:
     """A proxy on a free port in front of `upstream`, diagnosing with PLAIN."""
     return serve(
@@ -102,6 +102,7 @@ def proxy_with_template(
         out=out,
         log=log,
         pool=pool,
+        keep_bodies=keep_bodies,
     )
 
 
@@ -468,15 +469,7 @@ def test_a_lone_surrogate_in_a_body_is_logged_escaped(stub: str, pool: SandboxPo
     log_path = io.BytesIO()
     log = io.TextIOWrapper(log_path, encoding="utf-8")
     out = io.StringIO()
-    proxy = serve(
-        stub,
-        ("127.0.0.1", 0),
-        template=TemplateSource({"default": PLAIN}),
-        out=out,
-        log=log,
-        pool=pool,
-        keep_bodies=True,
-    )
+    proxy = proxy_with_template(stub, out, log, pool, keep_bodies=True)
     base = started(proxy)
     first, second = conversation()[:2]
     second = {
