@@ -264,14 +264,16 @@ class HubClient:
         if info is not None and info.remaining == 0:
             return min(float(info.reset_in_seconds) + 1.0, MAX_RETRY_AFTER)
         value = (response.headers.get("Retry-After") or "").strip()
-        return min(float(value) + 1.0, MAX_RETRY_AFTER) if value.isdigit() else None
+        if not (value.isascii() and value.isdigit()):  # ("²" is a digit to isdigit)
+            return None
+        return min(float(value[:12]) + 1.0, MAX_RETRY_AFTER)
 
-    def _in_time(self, deadline: float, got: int) -> None:
+    def _in_time(self, deadline: float, got: int, what: str) -> None:
         """`HubUnavailable` once a download passes its `deadline`: not retried at once, since
         each try would take as long, and a task's time limit would end the sync unrecorded."""
         if time.monotonic() > deadline:
             took = self.timeout * DOWNLOAD_TIMEOUTS
-            raise HubUnavailable(f"the Hub sent {got:,} bytes in {took:.0f}s: too slowly")
+            raise HubUnavailable(f"{what}: the Hub sent {got:,} bytes in {took:.0f}s: too slowly")
 
     def _get(self, url: str, params: dict[str, Any] | None = None) -> httpx2.Response:
         response = get_session().get(
@@ -407,7 +409,7 @@ class HubClient:
                     if size > max_bytes:
                         raise BrokenRepo(f"{path} is over the {max_bytes:,}-byte cap")
                     chunks.append(chunk)
-                    self._in_time(deadline, size)
+                    self._in_time(deadline, size, path)
                 return b"".join(chunks)
 
         return self._call(f"{repo_id}@{revision[:8]} {path}", request)
@@ -437,7 +439,7 @@ class HubClient:
                     got += len(chunk)
                     if got >= skip + size:
                         break
-                    self._in_time(deadline, got)
+                    self._in_time(deadline, got, path)
                 self.bytes_read += got
                 return b"".join(chunks)[skip : skip + size]
 
