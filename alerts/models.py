@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
@@ -194,7 +194,15 @@ class SubscriptionQuerySet(models.QuerySet["Subscription"]):
             rules = self.filter(target=SubscriptionTarget.RULE, rule=Rule.TURNS_UNSAFE)
         elif event.kind == EventKind.BASE_FIXED:
             rules = self.filter(target=SubscriptionTarget.RULE, rule=Rule.BASE_FIXED)
-        return (flagged | rules).filter(channel__in=Channel.objects.deliverable())
+        # Only on a channel its subscriber may still use: their own, or their team's while they
+        # are in it (a subscription left behind on a team's channel must not reach the team).
+        usable = Q(channel__owner=F("user")) | Q(channel__team__members=F("user"))
+        return (
+            (flagged | rules)
+            .filter(channel__in=Channel.objects.deliverable())
+            .filter(usable)
+            .distinct()
+        )
 
 
 class Subscription(models.Model):

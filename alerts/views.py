@@ -18,6 +18,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm
 from django.core.mail import EmailMultiAlternatives
+from django.db import transaction
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -257,7 +258,11 @@ def team_add_member(request: HttpRequest, pk: int) -> HttpResponse:
 def team_leave(request: HttpRequest, pk: int) -> HttpResponse:
     user: Any = request.user
     team = get_object_or_404(Team, pk=pk, members=user)
-    team.members.remove(user)
+    with transaction.atomic():
+        team.members.remove(user)
+        # What the leaver follows on the team's channels stops there: it kept sending to the
+        # team, and its members saw it (`Subscription.objects.matching` also checks).
+        Subscription.objects.filter(user=user, channel__team=team).delete()
     if not team.members.exists():
         team.delete()  # nobody left to own its channels
     return redirect("alerts:settings")

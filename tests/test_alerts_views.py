@@ -10,8 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from alerts.models import Channel, ChannelKind, Subscription, Team
+from tests.test_alerts_delivery import channels_alerted
 from tests.test_alerts_support import (
     make_channel,
     make_event,
@@ -272,3 +274,49 @@ def test_a_webhook_to_a_private_address_is_refused_when_added(client: Client, ur
     assert response.status_code == 400
     assert "Webhooks cannot go to a" in response.content.decode()
     assert not Channel.objects.exists()
+
+
+def test_a_member_who_leaves_a_team_stops_sending_what_they_follow_to_it(
+    client: Client,
+) -> None:
+    """Their subscriptions on the team's channels go with them; and a subscription left on a
+    channel its subscriber may no longer use (written before this) reaches no one."""
+    alice, bob = make_user("alice"), make_user("bob")
+    team = Team.objects.create(name="Serving")
+    team.members.add(alice, bob)
+    channel = Channel.objects.create(
+        team=team, kind=ChannelKind.WEBHOOK, url="https://a.example/", confirmed_at=timezone.now()
+    )
+    model = make_model("org/m")
+    Subscription.objects.create(
+        user=alice, channel=channel, target="model", model=model, on_template=True
+    )
+    client.force_login(alice)
+    assert client.post(reverse("alerts:team_leave", args=[team.pk])).status_code == 302
+    assert not Subscription.objects.filter(user=alice).exists()
+    # As the team's channels were left before: the event reaches no one through it.
+    Subscription.objects.create(
+        user=alice, channel=channel, target="model", model=model, on_template=True
+    )
+    assert channels_alerted(make_event(model)) == set()
+    bobs = Subscription.objects.create(
+        user=bob, channel=channel, target="model", model=model, on_template=True
+    )
+    assert channels_alerted(make_event(model)) == {bobs.channel_id}
+
+
+def test_a_subscription_defaults_to_the_readers_own_channel_not_a_teams(client: Client) -> None:
+    """Anyone in a team can add a channel to it: a subscribe form that picked the newest
+    channel the reader can use sent what they follow to someone else's address."""
+    alice, bob = make_user("alice"), make_user("bob")
+    own = make_channel(alice, target="https://alice.example/hook")
+    team = Team.objects.create(name="Bob's")
+    team.members.add(alice, bob)
+    Channel.objects.create(
+        team=team, kind=ChannelKind.WEBHOOK, url="https://bob.example/", confirmed_at=timezone.now()
+    )
+    make_model("Qwen/Qwen3-0.6B")
+    client.force_login(alice)
+    page = client.get(reverse("alerts:settings"), {"repo_id": "Qwen/Qwen3-0.6B"}).content.decode()
+    [selected] = re.findall(r'<option value="(\d+)"[^>]*selected', page)
+    assert int(selected) == own.pk
