@@ -143,9 +143,12 @@ class SubscriptionForm(forms.Form):
         _require(self, "rule", "Pick a rule.")
         channels = Channel.objects.owned_by(user).filter(disabled_at__isnull=True)
         self.fields["channel"].queryset = channels  # type: ignore[attr-defined]
-        newest = channels.order_by("-created_at", "-pk").first()
-        if newest is not None and "channel" not in self.initial:
-            self.initial["channel"] = newest.pk  # most often the one just added for this
+        # The newest of the reader's own channels: most often the one just added for this. Not
+        # a team's: anyone in a team can add a channel to it, and a subscription defaulted to
+        # it would send what the reader follows to someone else's address.
+        newest = channels.filter(owner=user, team__isnull=True).order_by("-created_at", "-pk")
+        if (first := newest.first()) is not None and "channel" not in self.initial:
+            self.initial["channel"] = first.pk
 
     @property
     def event_fields(self) -> list[forms.BoundField]:
@@ -224,4 +227,5 @@ class MemberForm(forms.Form):
 
 
 class SigninLinkForm(forms.Form):
-    email = forms.EmailField(label="Email address")
+    #: 254: what an address can be (RFC 5321's path limit) and what the account's column holds.
+    email = forms.EmailField(label="Email address", max_length=254)

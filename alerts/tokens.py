@@ -97,5 +97,14 @@ def user_to_sign_in(token: str) -> Any:
         return None
     user = _user_for(email)
     if user is None:
-        user = get_user_model().objects.create_user(username=email[:150], email=email)
+        user = get_user_model().objects.create_user(username=username_for(email), email=email)
     return user
+
+
+def username_for(email: str) -> str:
+    """A unique username for a new account with this address: the address when it fits the
+    column (150 characters), else its start and a hash of the whole (two long addresses with
+    one start made one username, and the second sign-in answered 500)."""
+    if len(email) <= 150:
+        return email
+    return f"{email[:133]}~{hashlib.sha256(email.encode()).hexdigest()[:16]}"

@@ -8,11 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from alerts import delivery, tokens
+from alerts import delivery, throttles, tokens
 from alerts.models import Channel, ChannelKind, Delivery
 from registry.models import ModelEvent, Verdict
 from tests.test_alerts_support import (
@@ -215,3 +216,46 @@ def test_a_mail_server_failure_is_said_on_the_page_not_a_500(
     response = client.post(reverse("alerts:signin_request"), {"email": "new@example.com"})
     assert response.status_code == 503
     assert "could not be sent" in response.content.decode()
+
+
+def test_two_long_addresses_with_one_start_are_two_accounts(
+    client: Client, own_cache: Any, mailoutbox: list[Any]
+) -> None:
+    """The account's username was the address cut at 150 characters: the second of two
+    addresses with one start answered 500 (the username taken). And an address longer than
+    an address can be (254) is refused by the form."""
+    for domain in ("one.example.com", "two.example.com"):
+        address = "L" * 150 + "@" + domain
+        assert client.post(reverse("alerts:signin_request"), {"email": address}).status_code == 200
+        assert Client().post(link_in(mailoutbox[-1])).status_code == 302
+    accounts = get_user_model().objects.filter(email__istartswith="L" * 150)
+    assert sorted(a.email.split("@")[1] for a in accounts) == ["one.example.com", "two.example.com"]
+    assert len({a.username for a in accounts}) == 2
+    too_long = client.post(reverse("alerts:signin_request"), {"email": "x" * 250 + "@example.com"})
+    assert too_long.status_code == 400
+    assert len(mailoutbox) == 2
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ["victim@example.com", '"victim"@example.com', "Victim@EXAMPLE.com"],
+        ["victim@exämple.com", "victim@xn--exmple-cua.com"],
+    ],
+)
+def test_the_mail_limit_counts_a_mailbox_however_its_address_is_spelled(
+    client: Client, own_cache: Any, mailoutbox: list[Any], spellings: list[str]
+) -> None:
+    """A quoted local part, other letters' case and a domain in Unicode name one mailbox:
+    each spelling had five mails an hour of its own (30 in one run)."""
+    limit = throttles.LIMITS["signin_mail"][0]
+    statuses = [
+        client.post(
+            reverse("alerts:signin_request"),
+            {"email": spellings[number % len(spellings)]},
+            REMOTE_ADDR=f"203.0.113.{number + 1}",  # a new client each time
+        ).status_code
+        for number in range(limit + 2)
+    ]
+    assert statuses == [200] * limit + [429, 429]
+    assert len(mailoutbox) == limit
