@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+from kombu.exceptions import ChannelError
 
 from workers import broker
 from workers.broker import FolderTransport
@@ -297,3 +298,41 @@ def test_a_real_celery_worker_on_the_folder_broker_runs_a_queue_of_tasks(tmp_pat
     assert sorted(int(p.name) for p in out.iterdir()) == list(range(40)), log
     assert "run twice" not in log
     assert not list((tmp_path / "queue").glob("*.touch.msg"))
+
+
+def test_a_file_in_the_queue_that_is_not_a_message_is_dropped_not_the_worker(
+    folder: Path, consumer_conn: Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty or cut file (a send on a full disk, before `_put` wrote whole files) is logged
+    and skipped: raising it ended the worker, which was started again, to meet the next one,
+    one file a restart."""
+    hub = named("hub")
+    send(folder, hub, "first")
+    queue_dir = folder / "queue"
+    (queue_dir / f"1_{uuid.uuid4()}.{hub}.msg").write_bytes(b"")
+    (queue_dir / f"2_{uuid.uuid4()}.{hub}.msg").write_bytes(b'{"body": "cut sh')
+    time.sleep(0.002)
+    send(folder, hub, "second")
+    channel = consumer_conn.default_channel
+    assert [body(channel._get(hub)) for _ in range(2)] == ["first", "second"]
+    assert sum("not a message" in r.getMessage() for r in caplog.records) == 2
+    assert not list(queue_dir.iterdir())
+
+
+def test_a_send_that_cannot_be_written_whole_leaves_nothing_in_the_queue(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a full disk does to the last step of a send: the message is written under a name
+    no consumer lists, and only renamed into the queue once whole."""
+    hub = named("hub")
+    conn = Connection("filesystem://", transport=FolderTransport, transport_options=options(folder))
+
+    def full(source: str, target: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(broker.os, "replace", full)
+    producer = Producer(conn.channel(), exchange=Exchange(hub, "direct"), routing_key=hub)
+    with pytest.raises(ChannelError, match="Cannot add file"):
+        producer.publish("lost", declare=[Queue(hub, Exchange(hub, "direct"), hub)])
+    conn.release()
+    assert not list((folder / "queue").iterdir())

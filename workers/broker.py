@@ -33,11 +33,14 @@ defaults only (`CELERY_BROKER_TRANSPORT` in the settings).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +49,9 @@ from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
-from kombu.utils.json import loads
+from kombu.utils.json import dumps, loads
+
+logger = logging.getLogger(__name__)
 
 #: A queue with nothing left in the last listing lists the folder again after this long.
 RELIST_AFTER = 0.02
@@ -85,8 +90,32 @@ class FolderChannel(filesystem.Channel):
                     taken.unlink()
             except OSError as err:
                 raise ChannelError(f"Cannot read {taken} from the queue") from err
-            return loads(payload.decode())
+            try:
+                return loads(payload.decode())
+            except ValueError:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+                # Not a message (cut short by a full disk before `_put` wrote whole files):
+                # dropped with a line in the log. Raising it ended the worker, which was
+                # started again, to meet the next one.
+                logger.error("dropped %s: not a message (%d bytes)", name, len(payload))
+                continue
         raise Empty()
+
+    # (kombu's two bases disagree on the signature: this is its folder channel's.)
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
+        """Put `payload` onto `queue`: written whole under a name no consumer lists, then
+        renamed into the queue, so a write that fails (a full disk) leaves nothing in it.
+        kombu's own wrote in place, and left an empty message for each failed send."""
+        name = f"{int(round(time.monotonic() * 1000))}_{uuid.uuid4()}.{queue}{SUFFIX}"
+        final = os.path.join(self.data_folder_out, name)
+        partial = os.path.join(self.data_folder_out, f".{name}.part")
+        try:
+            with open(partial, "wb") as handle:
+                handle.write(dumps(payload).encode())
+            os.replace(partial, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
 
     # A place in the prefetch frees when a message is acknowledged or rejected, or when the
     # prefetch grows (Celery raises it for a task with an ETA): the consumer looks again.
