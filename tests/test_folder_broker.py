@@ -6,6 +6,7 @@ kombu's stock folder transport, as a web process that only sends writes them."""
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
 import threading
@@ -301,7 +302,10 @@ def test_a_real_celery_worker_on_the_folder_broker_runs_a_queue_of_tasks(tmp_pat
 
 
 def test_a_file_in_the_queue_that_is_not_a_message_is_dropped_not_the_worker(
-    folder: Path, consumer_conn: Connection, caplog: pytest.LogCaptureFixture
+    folder: Path,
+    consumer_conn: Connection,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An empty or cut file (a send on a full disk, before `_put` wrote whole files) is logged
     and skipped: raising it ended the worker, which was started again, to meet the next one,
@@ -313,7 +317,7 @@ def test_a_file_in_the_queue_that_is_not_a_message_is_dropped_not_the_worker(
     (queue_dir / f"2_{uuid.uuid4()}.{hub}.msg").write_bytes(b'{"body": "cut sh')
     time.sleep(0.002)
     send(folder, hub, "second")
-    channel = consumer_conn.default_channel
+    channel, _ = counting_listings(consumer_conn, monkeypatch)
     assert [body(channel._get(hub)) for _ in range(2)] == ["first", "second"]
     assert sum("not a message" in r.getMessage() for r in caplog.records) == 2
     assert not list(queue_dir.iterdir())
@@ -330,7 +334,7 @@ def test_a_send_that_cannot_be_written_whole_leaves_nothing_in_the_queue(
     def full(source: str, target: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(broker.os, "replace", full)
+    monkeypatch.setattr(os, "replace", full)
     producer = Producer(conn.channel(), exchange=Exchange(hub, "direct"), routing_key=hub)
     with pytest.raises(ChannelError, match="Cannot add file"):
         producer.publish("lost", declare=[Queue(hub, Exchange(hub, "direct"), hub)])
