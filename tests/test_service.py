@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import io
 import json
 import signal
 import socket
@@ -13,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.core.management.base import CommandError
 
 from tests.conftest import REPO_ROOT, free_port
 
@@ -137,3 +141,57 @@ def test_production_guard_refuses_the_default_secret(embedded_env: dict[str, str
 
     embedded_env["SECRET_KEY"] = "x" * 50
     assert manage("check", env=embedded_env).returncode == 0
+
+
+def test_a_second_serve_from_the_same_folder_is_one_clear_line(
+    embedded_env: dict[str, str],
+) -> None:
+    """Started while the first still migrated, a second one passed the port check and ran a
+    second worker and beat on the same database and broker: the folder is held instead."""
+    var = Path(embedded_env["CACHESAFE_VAR_DIR"])
+    var.mkdir(parents=True, exist_ok=True)
+    with (var / "serve.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a first serve holds it
+        embedded_env["PORT"] = str(free_port())
+        result = manage("serve", env=embedded_env)
+    assert result.returncode != 0
+    assert f"CacheSafe is already running from {var}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_port_whose_last_connection_waits_out_time_wait_is_free() -> None:
+    """What a server that just stopped leaves (it closed its connections first): gunicorn
+    binds there, so the check before it must not say the port is in use."""
+    from cachesafe.management.commands.serve import check_port_free
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server's side closes first: its end waits in TIME_WAIT
+            client.recv(1)
+    check_port_free("127.0.0.1", port)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        with pytest.raises(CommandError, match="already in use"):
+            check_port_free("127.0.0.1", listening.getsockname()[1])
+
+
+def test_serve_logs_nothing_and_raises_nothing_once_its_terminal_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guardian logs before it stops what serve left: with the terminal closed, the write
+    failed (EIO) and ended the guardian first."""
+    from cachesafe.management.commands import serve
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(sys, "stderr", Gone())
+    serve.log("died without stopping beat")  # no exception

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -36,6 +38,9 @@ def _first_line(exc: BaseException) -> str:
 
 def check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As gunicorn binds: a port whose last connections wait out TIME_WAIT (a server just
+        # stopped) is free; one another socket listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -83,6 +88,7 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         host = env.text("HOST", "127.0.0.1")
+        self.lock = hold_var_dir()  # for as long as serve runs: its file is closed at exit
         check_port_free(host, port)
         check_database()
         check_broker()
@@ -117,9 +123,34 @@ class Command(BaseCommand):
         Supervisor([Child(name, command) for name, command in processes.items()]).run()
 
 
+def hold_var_dir() -> Any:
+    """An exclusive lock on the folder this service keeps its state in (`VAR_DIR`), held until
+    serve exits: a second `make run` from the same folder stops with a clear message. (Started
+    a moment after the first, while that one migrated, it passed the port check and ran a
+    second worker and beat on the same database and broker.)"""
+    path = Path(settings.VAR_DIR) / "serve.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a+")
+    except OSError as exc:
+        raise CommandError(f"Cannot write to {path.parent}: {exc.strerror}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise CommandError(
+            f"CacheSafe is already running from {path.parent}: stop it first (Ctrl-C in its "
+            "terminal), or give this one its own CACHESAFE_VAR_DIR"
+        ) from None
+    return handle
+
+
 def log(message: str) -> None:
-    # Stamped like the children's own log lines, which share this terminal.
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] serve: {message}", file=sys.stderr, flush=True)
+    # Stamped like the children's own log lines, which share this terminal. Never raises: with
+    # the terminal gone (closed), a failed write ended the guardian before it stopped anyone.
+    with contextlib.suppress(OSError):
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"[{stamp}] serve: {message}", file=sys.stderr, flush=True)
 
 
 def describe_exit(code: int) -> str:
