@@ -195,3 +195,27 @@ def test_serve_logs_nothing_and_raises_nothing_once_its_terminal_is_gone(
 
     monkeypatch.setattr(sys, "stderr", Gone())
     serve.log("died without stopping beat")  # no exception
+
+
+def test_a_var_dir_that_cannot_hold_the_state_is_one_clear_line(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A CACHESAFE_VAR_DIR that cannot be made (here under a file: what a read-only folder
+    does, for a user other than root), and an embedded database that cannot be opened (here a
+    folder by its name), each say which folder, in one line: a traceback before."""
+    (tmp_path / "a-file").write_text("")
+    embedded_env["CACHESAFE_VAR_DIR"] = str(tmp_path / "a-file" / "var")
+    unmade = manage("check", env=embedded_env)
+    assert unmade.returncode == 2
+    assert unmade.stderr.startswith("configuration error: cannot create ")
+    assert "CACHESAFE_VAR_DIR" in unmade.stderr and "Traceback" not in unmade.stderr
+
+    var = tmp_path / "var"
+    (var / "cachesafe.sqlite3").mkdir(parents=True)
+    embedded_env["CACHESAFE_VAR_DIR"] = str(var)
+    embedded_env["PORT"] = str(free_port())
+    unopened = manage("serve", env=embedded_env)
+    assert unopened.returncode != 0
+    assert f"Is {var} read-only or full?" in unopened.stderr
+    assert "DATABASE_URL" not in unopened.stderr and "Traceback" not in unopened.stderr
+    assert len(unopened.stderr.strip().splitlines()) == 1

@@ -147,7 +147,13 @@ if REDIS_URL:
 else:
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+        try:
+            (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+        except OSError as _exc:
+            raise ConfigError(
+                f"cannot create {_broker_dir / _sub}: {_exc.strerror}; CACHESAFE_VAR_DIR names"
+                " the folder the embedded defaults keep their state in, which must be writable"
+            ) from None
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

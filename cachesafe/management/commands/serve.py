@@ -54,11 +54,17 @@ def check_database() -> None:
     try:
         connection.ensure_connection()
     except OperationalError as exc:
-        where = settings.DATABASES["default"]["NAME"]
-        raise CommandError(
-            f"Cannot connect to the database {where!r}: {_first_line(exc)}. "
-            "Fix DATABASE_URL (or unset it to use the embedded SQLite file)."
-        ) from None
+        raise CommandError(database_trouble("Cannot connect to", exc)) from None
+
+
+def database_trouble(doing: str, exc: BaseException) -> str:
+    """What went wrong with the database, and what to do: fix DATABASE_URL, or, for the
+    embedded SQLite file, the folder it is in (read-only or full)."""
+    where = settings.DATABASES["default"]["NAME"]
+    said = f"{doing} the database {str(where)!r}: {_first_line(exc)}."
+    if Env.from_os().is_set("DATABASE_URL"):
+        return f"{said} Fix DATABASE_URL (or unset it to use the embedded SQLite file)."
+    return f"{said} Is {settings.VAR_DIR} read-only or full? (CACHESAFE_VAR_DIR moves it.)"
 
 
 def check_broker() -> None:
@@ -93,10 +99,13 @@ class Command(BaseCommand):
         check_database()
         check_broker()
 
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("createcachetable", verbosity=0)
-        if not options["no_demo"]:
-            call_command("seed_demo", verbosity=0)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("createcachetable", verbosity=0)
+            if not options["no_demo"]:
+                call_command("seed_demo", verbosity=0)
+        except (OperationalError, OSError) as exc:  # connecting is not writing (read-only)
+            raise CommandError(database_trouble("Cannot write to", exc)) from None
 
         # Links in pages and alerts name the address this server really answers on.
         if not env.is_set("SITE_URL"):
