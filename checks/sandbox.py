@@ -157,6 +157,24 @@ class _Worker:
             self.process.stdout.close()
 
 
+#: How the reasons start of a job the sandbox could not finish for a cause that may not be
+#: the template's: killed from outside (by signal 9 too: an operator, the machine's OOM killer,
+#: or the template's own memory, which the reason cannot tell apart), an exit, a worker that
+#: stopped answering. A service checks such a template again before it keeps the reason as
+#: its verdict (`registry.tasks.run_check`).
+UNCERTAIN_REASONS = (
+    "sandbox process died (signal",
+    "sandbox process exited unexpectedly",
+    "the sandbox did not answer within",
+    "sandbox worker answered another job",
+)
+
+
+def uncertain(reason: str | None) -> bool:
+    """Whether a report's reason may not be the template's doing (`UNCERTAIN_REASONS`)."""
+    return bool(reason) and str(reason).startswith(UNCERTAIN_REASONS)
+
+
 def _death_reason(returncode: int | None, limits: SandboxLimits) -> str:
     if returncode is not None and returncode < 0:
         number = -returncode

@@ -12,13 +12,14 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Task, current_app, shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Retry, SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from checks import SandboxLimits, SandboxPool, TemplateSource, check_template
 from checks.reports import checked_on_bytes
+from checks.sandbox import uncertain
 
 from . import discovery, jobs, pipeline
 from .hub import HubUnavailable
@@ -51,6 +52,12 @@ def sandbox_pool() -> SandboxPool:
 #: render the machine starves of CPU ends as the template's verdict, not as the task's time
 #: limit (at 100 s both, the limit could come first and leave the run unfinished).
 CHECK_SECONDS = int(SandboxLimits().wall_guard(float(settings.CHECK_CPU_SECONDS))) + 20
+
+
+#: A check whose sandbox died or went silent is run again this many times before the reason
+#: is kept as the template's verdict, this long apart (`checks.sandbox.UNCERTAIN_REASONS`).
+UNCERTAIN_RETRIES = 2
+UNCERTAIN_RETRY_SECONDS = 30
 
 
 class HubBusy(Exception):
@@ -121,9 +128,14 @@ def run_check(self: Task[Any, Any], run_id: int) -> str:
         logger.info("check %s: running the engine on %s", run_id, run.template_version.sha256)
         try:
             report = run_engine(run)
+            if uncertain(report.get("reason")) and self.request.retries < UNCERTAIN_RETRIES:
+                # A killed or silent sandbox may not be the template's doing: checked again
+                # before the reason replaces a verdict (and alerts its subscribers).
+                logger.warning("check %s: %s; checking again", run_id, report.get("reason"))
+                raise self.retry(countdown=UNCERTAIN_RETRY_SECONDS, max_retries=UNCERTAIN_RETRIES)
             pipeline.store_result(run_id, report)
-        except (OperationalError, InterfaceError, HubBusy):
-            raise  # retried later (`autoretry_for`)
+        except (OperationalError, InterfaceError, HubBusy, Retry):
+            raise  # retried later (`autoretry_for`, or just above)
         except SoftTimeLimitExceeded:
             pipeline.record_failure(run_id, f"the check took longer than {CHECK_SECONDS} s")
             return "failed"

@@ -204,3 +204,40 @@ def test_a_check_task_outlasts_the_sandboxs_guard_on_a_render() -> None:
     guard = SandboxLimits().wall_guard(float(settings.CHECK_CPU_SECONDS))
     assert tasks.run_check.soft_time_limit == CHECK_SECONDS >= guard + 20
     assert tasks.run_check.time_limit == CHECK_SECONDS + 20
+
+
+@pytest.mark.parametrize("deaths", [2, 3])
+def test_a_check_whose_sandbox_died_is_run_again_before_the_reason_is_its_verdict(
+    sent: list[int], monkeypatch: pytest.MonkeyPatch, deaths: int
+) -> None:
+    """Killed by signal 9 (an operator, the machine's OOM killer, or the template's own
+    memory: the reason cannot tell), a recheck replaced a safe verdict with an error and
+    alerted its subscribers. The check runs again, up to twice, before the reason is kept."""
+    from checks import TemplateSource
+    from checks.reports import error_report
+    from registry import tasks
+
+    model = add_model("org/killed", SAFE_TEMPLATE)
+    pipeline.dispatch_template_changes()
+    run = CheckRun.objects.get()
+    engine = tasks.run_engine
+    calls: list[int] = []
+
+    def dying(check: CheckRun) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) <= deaths:
+            reason = "sandbox process died (signal 9), likely past 1 GiB of memory"
+            source = TemplateSource({"default": check.template_version.text})
+            return error_report(source, "", reason, 0.0, None).to_dict()
+        return engine(check)
+
+    monkeypatch.setattr(tasks, "run_engine", dying)
+    tasks.run_check.apply(args=(run.pk,))
+    run.refresh_from_db()
+    model.refresh_from_db()
+    assert len(calls) == 3  # the first run and two more, never a fourth
+    if deaths == 2:
+        assert (run.status, model.verdict) == (CheckStatus.DONE, Verdict.SAFE)
+    else:  # it died every time: that is its verdict
+        assert (run.status, model.verdict) == (CheckStatus.DONE, Verdict.ERROR)
+        assert "sandbox process died (signal 9)" in model.verdict_summary
