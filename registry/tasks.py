@@ -26,7 +26,7 @@ from .hub import HubUnavailable
 from .jobs import single_running
 from .models import CheckRun, CheckStatus, DiscoveryRun, HubModel, ProbeRun, ProbeState
 from .probes import store_report
-from .sync import RegistrySync, backfill_histories, sync_batch, sync_stalest
+from .sync import RegistrySync, backfill_histories, sync_batch, sync_failed, sync_stalest
 from .tokenizer_files import TokenizerUnavailable, tokenizer_text
 from .watching import refresh_watches as refresh_all_watches
 
@@ -204,6 +204,12 @@ def sync_repo(self: Task[Any, Any], model_pk: int, force: bool = False) -> str:
     except HubUnavailable as err:
         countdown = err.retry_after or min(3600, 60 * 2**self.request.retries)
         raise self.retry(countdown=countdown, exc=err) from err
+    except SoftTimeLimitExceeded as exc:
+        result = sync_failed(model, "in the task's time", exc)
+    except (OperationalError, InterfaceError):
+        raise  # the database: nothing can be noted on the model either
+    except Exception as exc:  # noted on the model, as a batch notes it (`sync_failed`)
+        result = sync_failed(model, "syncing the repo", exc)
     logger.info("%s", result.line())
     return result.outcome
 

@@ -79,6 +79,23 @@ def test_sync_repo_raises_for_a_retry_when_the_hub_is_down(
     assert "500" in HubModel.objects.get(pk=model.pk).sync_error
 
 
+def test_sync_repo_notes_a_failure_no_sync_expects_on_the_model(
+    three_repos: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a batch notes it (`sync_failed`): the task ends, and the model's page says why."""
+    from registry.sync import RegistrySync
+
+    def failing(self: RegistrySync, model: HubModel, **options: Any) -> Any:
+        raise RuntimeError("a bug in reading")
+
+    monkeypatch.setattr(RegistrySync, "look", failing)
+    model = HubModel.objects.get(repo_id="acme/a")
+    assert sync_repo(model.pk) == "failed"
+    assert HubModel.objects.get(pk=model.pk).sync_error == (
+        "sync failed syncing the repo (RuntimeError); the last good sync is kept"
+    )
+
+
 def test_a_watch_queues_its_new_repos_first_syncs_in_batches(
     fake_hub: FakeHub, hub_settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
