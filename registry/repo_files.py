@@ -22,6 +22,8 @@ from checks.sources import (
 )
 from checks.sources import find_templates as _find_templates
 
+from .storable import unstorable_text
+
 TOKENIZER_JSON = "tokenizer.json"
 CONFIG_JSON = "config.json"
 
@@ -45,7 +47,6 @@ __all__ = [
     "find_templates",
     "sha256_text",
     "unstorable",
-    "unstorable_text",
 ]
 
 
@@ -68,18 +69,6 @@ def find_templates(files: dict[str, bytes]) -> FoundTemplates | None:
 
 #: The longest template name the catalog keeps (`NamedTemplate.name`).
 MAX_TEMPLATE_NAME = 100
-
-
-def unstorable_text(text: str, what: str) -> str:
-    """Why the catalog cannot store `text` ("" when it can): PostgreSQL's text and JSON hold
-    no NUL character, and no UTF-8 encoder takes a lone surrogate (which JSON can escape)."""
-    if "\x00" in text:
-        return f"{what} holds a NUL character (\\u0000), which the catalog cannot store"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"{what} holds a lone surrogate (\\u{ord(text[exc.start]):04x}), not valid Unicode"
-    return ""
 
 
 def unstorable(found: FoundTemplates, texts: tuple[str, ...] = ()) -> str:

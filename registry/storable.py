@@ -1,6 +1,8 @@
-"""What the database can hold of data from outside (a probe's report, a check's report):
-PostgreSQL's text and JSON take no NUL character, no UTF-8 encoder takes a lone surrogate
-(which JSON can escape, and Jinja can write), and a JSON column takes no NaN or infinity."""
+"""What the database can hold of data from outside: PostgreSQL's text and JSON take no NUL
+character, no UTF-8 encoder takes a lone surrogate (which JSON can escape, and Jinja can
+write), and a JSON column takes no NaN or infinity. Text a repo must hold as it is (a template)
+is refused with the reason (`unstorable_text`); a report is stored as the database holds it
+(`storable`)."""
 
 from __future__ import annotations
 
@@ -23,3 +25,15 @@ def storable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [storable(v, depth + 1) for v in value]
     return value if value is None or isinstance(value, bool | int) else str(value)
+
+
+def unstorable_text(text: str, what: str) -> str:
+    """Why the catalog cannot store `text` ("" when it can): PostgreSQL's text and JSON hold
+    no NUL character, and no UTF-8 encoder takes a lone surrogate (which JSON can escape)."""
+    if "\x00" in text:
+        return f"{what} holds a NUL character (\\u0000), which the catalog cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{what} holds a lone surrogate (\\u{ord(text[exc.start]):04x}), not valid Unicode"
+    return ""
