@@ -64,8 +64,8 @@ class Conversation:
     each body it relayed, for as long as it ran)."""
 
     number: int
-    last: ClientRequest | None = None
-    seen: int = 0
+    last: ClientRequest
+    seen: int = 1
 
 
 class Recorder:
@@ -86,7 +86,6 @@ class Recorder:
         with self.lock:
             best, score_best = None, (0, 0)
             for conversation in self.conversations:
-                assert conversation.last is not None  # placed with its first request
                 old = [
                     m
                     for m in conversation.last.messages
@@ -102,8 +101,9 @@ class Recorder:
                 if (leading >= 1 or overlap >= 2) and score >= score_best:
                     best, score_best = conversation, score
             if best is None:
-                best = Conversation(len(self.conversations) + 1)
+                best = Conversation(len(self.conversations) + 1, request)
                 self.conversations.append(best)
+                return best, None
             previous = best.last
             best.last, best.seen = request, best.seen + 1
             return best, previous
