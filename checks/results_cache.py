@@ -6,6 +6,7 @@ implementing `get` and `put` (the Django side can back it with the database).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -87,6 +88,7 @@ class DirectoryResultCache:
     def put(self, key: str, report: dict[str, Any]) -> None:
         """Keep `report` for `key`; a directory that cannot take it (full, read-only, a file
         by that name) keeps nothing, and the check's result is still given."""
+        tmp = ""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             # Write then rename, so a concurrent reader never sees half a file.
@@ -95,4 +97,6 @@ class DirectoryResultCache:
                 json.dump(report, handle)
             os.replace(tmp, self._path(key))
         except OSError:
-            return
+            if tmp:  # a write cut short (a full disk) leaves no half file behind
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
