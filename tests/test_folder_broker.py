@@ -6,6 +6,7 @@ kombu's stock folder transport, as a web process that only sends writes them."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -222,6 +223,25 @@ def test_messages_come_oldest_first_queue_by_queue_from_one_listing(
     assert not list(queue_dir.iterdir())  # every message taken once, none left behind
 
 
+def test_messages_stay_oldest_first_when_the_millisecond_count_gains_a_digit(
+    folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu names a message by the monotonic millisecond; sorted as text, "100000_..." came
+    before "99999_...", so the messages sent just after the count gained a digit jumped the
+    queue (at 27.8 hours of uptime, then 11.6 days)."""
+    hub = named("hub")
+    send(folder, hub, "placeholder")  # makes the queue, and a message to rename
+    queue_dir = folder / "queue"
+    (sent,) = queue_dir.glob(f"*.{hub}.msg")
+    message = json.loads(sent.read_text())
+    sent.unlink()
+    for stamp, text in [(99_998, "older"), (99_999, "old"), (100_000, "new")]:
+        message["body"] = base64.b64encode(text.encode()).decode()
+        (queue_dir / f"{stamp}_{uuid.uuid4()}.{hub}.msg").write_text(json.dumps(message))
+    channel, _ = counting_listings(consumer_conn, monkeypatch)
+    assert [body(channel._get(hub)) for _ in range(3)] == ["older", "old", "new"]
+
+
 def test_an_empty_queue_lists_the_folder_at_the_polling_interval_a_busy_one_sooner(
     folder: Path, consumer_conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,9 +333,13 @@ def test_a_file_in_the_queue_that_is_not_a_message_is_dropped_not_the_worker(
     hub = named("hub")
     send(folder, hub, "first")
     queue_dir = folder / "queue"
-    (queue_dir / f"1_{uuid.uuid4()}.{hub}.msg").write_bytes(b"")
-    (queue_dir / f"2_{uuid.uuid4()}.{hub}.msg").write_bytes(b'{"body": "cut sh')
-    time.sleep(0.002)
+    # Named as kombu names a message (by the monotonic millisecond), so that they sort between
+    # the two sends whatever the clock's first digit: "1_..." sorted after "17..." but before
+    # "3...", and the test passed or failed with the machine's uptime.
+    now = int(round(time.monotonic() * 1000))
+    (queue_dir / f"{now}_{uuid.uuid4()}.{hub}.msg").write_bytes(b"")
+    (queue_dir / f"{now + 1}_{uuid.uuid4()}.{hub}.msg").write_bytes(b'{"body": "cut sh')
+    time.sleep(0.004)
     send(folder, hub, "second")
     channel, _ = counting_listings(consumer_conn, monkeypatch)
     assert [body(channel._get(hub)) for _ in range(2)] == ["first", "second"]

@@ -59,6 +59,13 @@ RELIST_AFTER = 0.02
 SUFFIX = ".msg"
 
 
+def sent_order(name: str) -> tuple[int, str]:
+    """Oldest first: by the millisecond a name starts with, as a number. By name alone, a
+    message sent as the count gained a digit ("100000_...") came before older ones ("99999_...")."""
+    stamp = name.partition("_")[0]
+    return (int(stamp) if stamp.isdigit() else -1, name)
+
+
 class FolderChannel(filesystem.Channel):
     """kombu's folder channel, reading messages from its last listing of the folder."""
 
@@ -142,7 +149,7 @@ class FolderChannel(filesystem.Channel):
 
     def _relist(self) -> None:
         found: defaultdict[str, deque[str]] = defaultdict(deque)
-        for name in sorted(os.listdir(self.data_folder_in)):
+        for name in sorted(os.listdir(self.data_folder_in), key=sent_order):
             queue = name.partition(".")[2]
             if queue.endswith(SUFFIX):
                 found[queue.removesuffix(SUFFIX)].append(name)
