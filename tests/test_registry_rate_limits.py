@@ -177,3 +177,55 @@ def test_hub_clients_share_one_redis_connection(settings: Any) -> None:
         HubClient(token="hf_a").bucket.take()
     assert connections() - before <= 2  # another client's reconnect, at most
     observer.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_database_cache_counts_concurrent_requests_one_at_a_time(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded defaults count in the database cache, whose increment is a read then a
+    write: 24 sign-in requests at once sent 5 to 7 mails against a limit of 5. Each thread
+    here reads the count slowly, as a loaded database would; no more than the limit pass."""
+    import threading
+    import time
+
+    from django.core.cache import caches
+    from django.core.cache.backends.db import DatabaseCache
+    from django.core.management import call_command
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "test_window_counts",
+        }
+    }
+    settings.VAR_DIR = tmp_path
+    call_command("createcachetable", verbosity=0)
+    assert isinstance(caches["default"], DatabaseCache)
+    read = DatabaseCache.get
+
+    def slow_read(self: DatabaseCache, *args: Any, **kwargs: Any) -> Any:
+        value = read(self, *args, **kwargs)
+        time.sleep(0.02)  # every thread reads before any writes, unless they take turns
+        return value
+
+    monkeypatch.setattr(DatabaseCache, "get", slow_read)
+    key = f"test:{uuid.uuid4().hex}"
+    start = threading.Barrier(12)
+    passed: list[bool] = []
+
+    def request() -> None:
+        from django.db import connection
+
+        try:
+            start.wait()
+            passed.append(rate_limits.allow(key, 5, 3600))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=request) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(passed) == [False] * 7 + [True] * 5
