@@ -26,13 +26,24 @@ class HeadWithoutBodyMiddleware:
     """A HEAD is answered with GET's headers (its Content-Length too) and no body. Django's
     views write the body for HEAD as for GET; its development server and test client drop
     it, gunicorn drops it with a warning in the log for each request (uptime checkers send
-    HEAD every few seconds). Outermost, so the headers are final when the body goes."""
+    HEAD every few seconds). Outermost, so the headers are final when the body goes.
+
+    The JSON API's routes are declared for GET alone, and django-ninja answered a HEAD with
+    405: on API paths a HEAD is served as the GET it stands for (Django's own views do the
+    same, `View.head = View.get`), then its body dropped here."""
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+        if request.method == "HEAD" and is_api_path(request.path):
+            request.method = "GET"
+            try:
+                response = self.get_response(request)
+            finally:
+                request.method = "HEAD"
+        else:
+            response = self.get_response(request)
         if request.method == "HEAD" and not response.streaming:
             if not response.has_header("Content-Length"):
                 response["Content-Length"] = str(len(response.content))

@@ -17,8 +17,16 @@ def catalog() -> Catalog:
 
 
 def test_head_works_wherever_get_does(client: Client, catalog: Catalog) -> None:
-    for path in ("/", f"/m/{catalog.unsafe.repo_id}/", "/probes/", "/alerts/login/", "/healthz"):
-        assert client.head(path).status_code == client.get(path).status_code, path
+    """Pages and the JSON API alike (its routes are GET routes: a HEAD was a 405)."""
+    sha = catalog.old_version.sha256
+    api = ("/api/", "/api/models", f"/api/models/{catalog.unsafe.repo_id}", "/api/probes",
+           f"/api/templates/{sha}", "/api/openapi.json", "/api/models/no/such-model")  # fmt: skip
+    for path in ("/", f"/m/{catalog.unsafe.repo_id}/", "/probes/", "/alerts/login/", "/healthz",
+                 *api):  # fmt: skip
+        head, get = client.head(path), client.get(path)
+        assert head.status_code == get.status_code != 405, path
+        assert head.content == b"" and head["Content-Length"] == str(len(get.content)), path
+        assert head["Content-Type"] == get["Content-Type"], path
 
 
 def test_a_page_and_its_htmx_fragment_vary_on_hx_request(client: Client, catalog: Catalog) -> None:
