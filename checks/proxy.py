@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import queue
 import re
 import sys
@@ -236,12 +237,22 @@ def read_chunked(stream: BinaryIO | io.BufferedIOBase, most: int) -> bytes:
         stream.readline(1024)  # the CRLF after the chunk
 
 
+#: Seconds the proxy waits for the upstream's next bytes (`--upstream-timeout`): its first
+#: byte comes after the prompt's prefill, which a large model on a long prompt takes minutes for.
+UPSTREAM_TIMEOUT = 600.0
+
+
 def make_handler(
-    upstream: str, recorder: Recorder, out: IO[str], log: IO[str] | None, keep_bodies: bool
+    upstream: str,
+    recorder: Recorder,
+    out: IO[str],
+    log: IO[str] | None,
+    keep_bodies: bool,
+    upstream_timeout: float = UPSTREAM_TIMEOUT,
 ) -> type[BaseHTTPRequestHandler]:
     import httpx2
 
-    client = httpx2.Client(timeout=httpx2.Timeout(600.0, connect=10.0))
+    client = httpx2.Client(timeout=httpx2.Timeout(upstream_timeout, connect=10.0))
     # Diagnoses run on one background thread, in arrival order: the answer is never held up by
     # the sandbox, and the next request on a kept-alive connection does not wait for it.
     # An item is a request to record, or a failure of the relay to report (its path and what).
@@ -360,10 +371,15 @@ def make_handler(
                 status = answer.status_code if answered else 499
             except httpx2.HTTPError as exc:
                 said = f"upstream {upstream} unreachable: {type(exc).__name__}"
+                if isinstance(exc, httpx2.ReadTimeout):
+                    said = (
+                        f"upstream {upstream} sent nothing for {upstream_timeout:g} s "
+                        "(--upstream-timeout)"
+                    )
                 if answered:  # cut off mid-answer: nothing more can be said to the client
                     self.close_connection = True
                 else:
-                    self._fail(502, said)
+                    self._fail(504 if isinstance(exc, httpx2.ReadTimeout) else 502, said)
                 backlog.put((self.path, said))
                 return
             if self.command == "POST" and self.path.rstrip("/").endswith(
@@ -447,6 +463,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-bodies", action="store_true", help="also log request bodies (off by default)"
     )
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=UPSTREAM_TIMEOUT,
+        metavar="SECONDS",
+        help="wait at most this long for the upstream's next bytes, its first included "
+        "(default %(default)g: a long prompt's prefill on a large model takes minutes)",
+    )
     return parser
 
 
@@ -460,10 +484,13 @@ def serve(
     log: IO[str] | None = None,
     keep_bodies: bool = False,
     pool: Any | None = None,
+    upstream_timeout: float = UPSTREAM_TIMEOUT,
 ) -> ThreadingHTTPServer:
     """A started proxy server (not yet serving: call `serve_forever`, or use `start`)."""
     recorder = Recorder(template, tokenizer_json, pool)
-    handler = make_handler(upstream.rstrip("/"), recorder, out or sys.stdout, log, keep_bodies)
+    handler = make_handler(
+        upstream.rstrip("/"), recorder, out or sys.stdout, log, keep_bodies, upstream_timeout
+    )
     server = ThreadingHTTPServer(listen, handler)
     server.daemon_threads = True
     return server
@@ -480,6 +507,9 @@ def main(argv: Sequence[str]) -> int:
     host, _, port = args.listen.rpartition(":")
     if not (port.isascii() and port.isdigit() and int(port) <= 65535):
         sys.stderr.write("python -m checks proxy: error: --listen must be HOST:PORT\n")
+        return 2
+    if not (math.isfinite(args.upstream_timeout) and args.upstream_timeout > 0):
+        sys.stderr.write("python -m checks proxy: error: --upstream-timeout must be over 0\n")
         return 2
     import httpx2
 
@@ -514,6 +544,7 @@ def main(argv: Sequence[str]) -> int:
             tokenizer_json=tokenizer_json,
             log=log,
             keep_bodies=args.keep_bodies,
+            upstream_timeout=args.upstream_timeout,
         )
     except OSError as exc:
         sys.stderr.write(f"python -m checks proxy: error: cannot listen on {args.listen}: {exc}\n")

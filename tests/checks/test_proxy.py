@@ -500,6 +500,9 @@ def test_a_lone_surrogate_in_a_body_is_logged_escaped(stub: str, pool: SandboxPo
         (["--upstream", "ftp://example.test"], "an http or https URL with a host"),
         (["--log", "{tmp}"], "cannot write --log"),
         (["--log", "{tmp}/no/such/folder/x.jsonl"], "cannot write --log"),
+        (["--upstream-timeout", "0"], "--upstream-timeout must be over 0"),
+        (["--upstream-timeout", "nan"], "--upstream-timeout must be over 0"),
+        (["--upstream-timeout", "soon"], "invalid float value"),
     ],
 )
 def test_a_proxy_that_cannot_start_says_why_and_exits_2(
@@ -516,3 +519,31 @@ def test_a_proxy_that_cannot_start_says_why_and_exits_2(
     )
     assert process.returncode == 2, process.stderr
     assert said in process.stderr and "Traceback" not in process.stderr
+
+
+def test_an_upstream_that_never_answers_is_a_504_after_the_upstream_timeout(
+    pool: SandboxPool,
+) -> None:
+    """The wait for the upstream's bytes was 600 s, fixed: a server that took the request and
+    hung held its client that long. It is `--upstream-timeout` now, and its end is a 504 that
+    says so, to the client and in the proxy's output."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(silent.accept()[0]), daemon=True).start()
+    upstream = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    out = io.StringIO()
+    proxy = serve(upstream, ("127.0.0.1", 0), out=out, pool=pool, upstream_timeout=0.5)
+    base = started(proxy)
+    try:
+        with httpx2.Client(timeout=30) as client:
+            answer = client.post(base + "/v1/chat/completions", json=conversation()[0])
+        drain(proxy)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        for connection in held:
+            connection.close()
+        silent.close()
+    assert answer.status_code == 504
+    assert "sent nothing for 0.5 s" in answer.json()["error"]["message"]
+    assert f"upstream {upstream} sent nothing for 0.5 s (--upstream-timeout)" in out.getvalue()
