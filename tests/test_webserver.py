@@ -36,6 +36,17 @@ def test_capped_threads_share_two_arenas_where_each_had_its_own() -> None:
     assert run(CAPPED) == 2
 
 
+KEPT = "from tests.webserver_app import kept_after_large_buffers as kept; print(kept())"
+FIXED = "from cachesafe.webserver import fix_malloc_thresholds as fix; assert fix(); " + KEPT
+
+
+def test_with_fixed_thresholds_large_buffers_freed_are_given_back() -> None:
+    """glibc raised its mapping threshold to the size of the largest mapping freed: the
+    buffers of later pages came from the heap and stayed there once freed."""
+    assert run(KEPT) > 4096  # KiB: most of the 6,000 the thirty buffers took
+    assert run(FIXED) < 1024
+
+
 def test_gunicorn_with_the_settings_caps_each_worker() -> None:
     port = free_port()
     server = subprocess.Popen(
@@ -64,8 +75,10 @@ def test_gunicorn_with_the_settings_caps_each_worker() -> None:
             except OSError:
                 return None
 
-        # The worker's own four threads and the app's six together use two arenas.
-        assert int(wait_for(answer, 30, "gunicorn to answer")) == 2
+        # The worker's own four threads and the app's six together use two arenas, and the
+        # large buffers its request thread freed are given back.
+        arenas, kept = wait_for(answer, 30, "gunicorn to answer").split()
+        assert int(arenas) == 2 and int(kept) < 1024
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -1,5 +1,6 @@
 """A WSGI app for tests/test_webserver.py: it counts the malloc arenas of the process serving
-it, after threads of its own have each allocated from malloc."""
+it, after threads of its own have each allocated from malloc, and what large buffers freed
+leave it holding."""
 
 from __future__ import annotations
 
@@ -52,7 +53,23 @@ def _count_arenas() -> int:
         return sum(line.startswith(b"Arena ") for line in out.read().splitlines())
 
 
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmRSS:")).split()[1])
+
+
+def kept_after_large_buffers() -> int:
+    """KiB this process keeps after it maps and frees one 8 MiB buffer, then holds thirty of
+    200 KiB together and frees them: what a large page then a few ordinary ones leave behind."""
+    large = bytearray(8 << 20)
+    del large
+    before = _rss_kib()
+    held = [bytearray(200 << 10) for _ in range(30)]
+    del held
+    return _rss_kib() - before
+
+
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-    body = str(arenas_in_use()).encode()
+    body = f"{arenas_in_use()} {kept_after_large_buffers()}".encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
