@@ -1,4 +1,5 @@
-"""The mails alerts send: alerts and digests, address confirmations, sign-in links.
+"""The mails alerts send: alerts and digests, address confirmations, sign-in links, invitations
+to a team.
 
 Each has a text and an HTML part rendered from `templates/alerts/email/<name>.{txt,html}`;
 both autoescape nothing by hand: the HTML template escapes, the text part is plain text.
@@ -14,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from . import tokens
-from .models import Channel
+from .models import Channel, Team
 from .notifications import Notification, absolute
 
 
@@ -80,4 +81,16 @@ def signin_email(address: str, next_page: str | None = None) -> EmailMultiAltern
     minutes = int(tokens.SIGNIN_MAX_AGE.total_seconds() // 60)
     return compose(
         "signin", "Your CacheSafe sign-in link", address, {"link": link, "minutes": minutes}
+    )
+
+
+def invite_email(team: Team, address: str, inviter: Any) -> EmailMultiAlternatives:
+    """An invitation to `team`: a link its recipient accepts signed in with `address`."""
+    link = absolute(reverse("alerts:team_join", args=[tokens.invite_token(team, address, inviter)]))
+    who = inviter.email or inviter.get_username()
+    return compose(
+        "invite",
+        f"{who} invites you to {team.name} on CacheSafe alerts",
+        address,
+        {"link": link, "team": team.name, "inviter": who, "days": tokens.INVITE_MAX_AGE.days},
     )

@@ -219,7 +219,9 @@ class TeamForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 class MemberForm(forms.Form):
-    email = forms.EmailField(label="Member's email address")
+    """Whom to invite to a team (docs/alerts.md: nobody joins a team without accepting)."""
+
+    email = forms.EmailField(label="Email address to invite", max_length=254)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "id_member_%s")

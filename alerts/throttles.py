@@ -1,4 +1,5 @@
-"""Rate limits on what a stranger can make us do: subscribe, send mail, send test webhooks.
+"""Rate limits on what a stranger can make us do: subscribe, send mail (confirmations, sign-in
+links, invitations to a team), send test webhooks.
 
 Counted per client address, per signed-in user and per target address, in the shared cache
 (Redis in production) by the registry's fixed-window counter.
@@ -20,6 +21,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "confirmation_mail": (5, 3600),
     "signin_mail": (5, 3600),
     "test_send": (5, 3600),
+    "invite_mail": (10, 3600),
 }
 
 

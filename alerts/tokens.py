@@ -1,4 +1,4 @@
-"""Signed, expiring links: confirm an address, unsubscribe, sign in.
+"""Signed, expiring links: confirm an address, unsubscribe, sign in, join a team.
 
 Each purpose has its own salt, so a token made for one can never be used for another. A token
 names the address it was made for: when the address changes, the old links stop working.
@@ -108,3 +108,38 @@ def username_for(email: str) -> str:
     if len(email) <= 150:
         return email
     return f"{email[:133]}~{hashlib.sha256(email.encode()).hexdigest()[:16]}"
+
+
+#: An invitation to a team stays open this long.
+INVITE_MAX_AGE = timedelta(days=7)
+
+
+def invite_token(team: Any, address: str, inviter: Any) -> str:
+    """A link that lets the owner of `address` join `team`, made by a member (`inviter`)."""
+    return _signer("invite").sign_object(
+        {"t": team.pk, "a": _address_digest(address), "by": inviter.pk}
+    )
+
+
+def invitation(token: str) -> tuple[Any, str, Any] | None:
+    """(team, digest of the invited address, inviter) for a valid invitation, else None: the
+    team must still exist and the inviter still be in it (one who left takes the invitations
+    they sent along)."""
+    from .models import Team
+
+    value = _read("invite", token, INVITE_MAX_AGE)
+    if not isinstance(value, dict):
+        return None
+    team_pk, digest, inviter_pk = value.get("t"), value.get("a"), value.get("by")
+    if not (isinstance(team_pk, int) and isinstance(inviter_pk, int) and isinstance(digest, str)):
+        return None
+    team = Team.objects.filter(pk=team_pk).first()
+    inviter = team.members.filter(pk=inviter_pk).first() if team is not None else None
+    if team is None or inviter is None:
+        return None
+    return team, digest, inviter
+
+
+def is_invited(user: Any, digest: str) -> bool:
+    """Whether the signed-in `user` owns the address an invitation was made for."""
+    return bool(user.email) and _address_digest(user.email) == digest

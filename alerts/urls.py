@@ -26,6 +26,7 @@ urlpatterns = [
     path("teams/new", views.team_create, name="team_create"),
     path("teams/<int:pk>/members", views.team_add_member, name="team_add_member"),
     path("teams/<int:pk>/leave", views.team_leave, name="team_leave"),
+    path("teams/join/<str:token>/", views.team_join, name="team_join"),
     path("confirm/<str:token>/", views.confirm, name="confirm"),
     path("unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
     path("login/", views.LoginView.as_view(), name="login"),

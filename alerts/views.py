@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model, login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm
+from django.contrib.auth.views import redirect_to_login
 from django.core.mail import EmailMultiAlternatives
 from django.db import transaction
 from django.db.models import Prefetch
@@ -240,17 +241,52 @@ def team_create(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def team_add_member(request: HttpRequest, pk: int) -> HttpResponse:
-    team = get_object_or_404(Team, pk=pk, members=request.user)
+    """Invite someone to the team by address: a mail with a link they accept, signed in with
+    that address. Adding a member at once put anyone with an account into a team without a
+    word from them, and its "no account has that address" told a stranger which addresses had
+    one: the answer is now the same either way."""
+    user: Any = request.user
+    team = get_object_or_404(Team, pk=pk, members=user)
     form = MemberForm(request.POST)
-    user = None
-    if form.is_valid():
-        email = form.cleaned_data["email"]
-        user = get_user_model().objects.filter(email__iexact=email).first()
-    if user is None:
-        messages.error(request, "No account has that address (they sign in once first).")
-    else:
-        team.members.add(user)
+    if not form.is_valid():
+        messages.error(request, "Give one email address to invite.")
+        return redirect("alerts:settings")
+    address = form.cleaned_data["email"]
+    if team.members.filter(email__iexact=address).exists():  # (its members are on this page)
+        messages.info(request, f"{address} is already in {team.name}.")
+        return redirect("alerts:settings")
+    if not throttles.allowed("invite_mail", request, address):
+        return _limited(request, "Too many invitations; try again in an hour.")
+    if _mailed(request, emails.invite_email(team, address, user)):
+        days = tokens.INVITE_MAX_AGE.days
+        messages.info(request, f"Invitation sent to {address}. They join {team.name} when they "
+                               f"accept it, within {days} days.")  # fmt: skip
     return redirect("alerts:settings")
+
+
+@require_http_methods(["GET", "POST"])
+def team_join(request: HttpRequest, token: str) -> HttpResponse:
+    """An invitation's link: GET asks, POST joins (a mail scanner joins nobody), and only
+    for the owner of the address invited, signed in; anyone else is sent to sign in first."""
+    found = tokens.invitation(token)
+    if found is None:
+        return _bad_link(request)
+    team, digest, inviter = found
+    user: Any = request.user
+    if not user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not tokens.is_invited(user, digest):
+        text = ("This invitation was sent to another address. Sign out, and sign in with the "
+                "address it was sent to.")  # fmt: skip
+        return render(request, "alerts/message.html",
+                      {"title": "Not your invitation", "text": text}, status=403)  # fmt: skip
+    if request.method == "POST":
+        team.members.add(user)
+        messages.info(request, f"You joined {team.name}.")
+        return redirect("alerts:settings")
+    member = team.members.filter(pk=user.pk).exists()
+    return render(request, "alerts/team_join.html",
+                  {"team": team, "inviter": inviter, "member": member})  # fmt: skip
 
 
 @login_required

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from django.core import mail
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -22,6 +23,7 @@ from tests.test_alerts_support import (
     own_cache,
     subscribe,
 )
+from tests.test_alerts_teams import join_link
 
 pytestmark = pytest.mark.django_db
 __all__ = ["own_cache"]
@@ -129,6 +131,7 @@ def test_a_team_shares_its_webhook_channel(client: Client, own_cache: Any) -> No
     client.post(reverse("alerts:team_create"), {"name": "Serving"})
     team = Team.objects.get()
     client.post(reverse("alerts:team_add_member", args=[team.pk]), {"email": "bob@example.com"})
+    assert not team.members.filter(pk=bob.pk).exists()  # invited: bob has not accepted yet
     client.post(
         reverse("alerts:channel_create"),
         {"kind": "slack", "url": "https://hooks.slack.com/services/T/B/X", "team": team.pk},
@@ -138,6 +141,8 @@ def test_a_team_shares_its_webhook_channel(client: Client, own_cache: Any) -> No
 
     make_model("org/m")
     client.force_login(bob)
+    client.post(join_link(mail.outbox[-1]))  # bob accepts
+    assert team.members.filter(pk=bob.pk).exists()
     response = client.post(
         reverse("alerts:subscription_create"),
         {"target": "model", "repo_id": "org/m", "channel": channel.pk, "on_verdict": "on"},

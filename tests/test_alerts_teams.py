@@ -1,0 +1,152 @@
+"""Teams: nobody joins one without saying so, and inviting tells nothing about accounts."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.test import Client
+from django.urls import reverse
+
+from alerts import tokens
+from alerts.models import Team
+from tests.test_alerts_support import make_user, own_cache
+
+pytestmark = pytest.mark.django_db
+__all__ = ["own_cache"]
+
+
+def team_of(client: Client, user: Any, name: str = "Serving") -> Team:
+    client.force_login(user)
+    client.post(reverse("alerts:team_create"), {"name": name})
+    return Team.objects.get(name=name)
+
+
+def invite(client: Client, team: Team, address: str) -> Any:
+    return client.post(reverse("alerts:team_add_member", args=[team.pk]), {"email": address},
+                       follow=True)  # fmt: skip
+
+
+def join_link(message: Any) -> str:
+    found = re.search(r"https?://\S+/alerts/teams/join/\S+/", message.body)
+    assert found, message.body
+    return "/" + found.group(0).split("/", 3)[3]
+
+
+def test_an_invitation_is_a_mail_and_joins_nobody_until_accepted(
+    client: Client, own_cache: Any
+) -> None:
+    alice, bob = make_user("alice"), make_user("bob")
+    team = team_of(client, alice)
+    page = invite(client, team, "Bob@Example.com").content.decode()
+    assert "Invitation sent to Bob@Example.com" in page
+    assert list(team.members.all()) == [alice]  # bob is not in it: he has said nothing yet
+    (sent,) = mail.outbox
+    assert sent.to == ["Bob@Example.com"] and "Serving" in sent.subject
+    assert "alice@example.com" in sent.body  # who asks
+    link = join_link(sent)
+
+    client.force_login(bob)
+    asked = client.get(link)
+    assert asked.status_code == 200 and "Join Serving" in asked.content.decode()
+    assert list(team.members.all()) == [alice]  # a mail scanner's GET changes nothing
+    joined = client.post(link)
+    assert joined.status_code == 302 and joined["Location"] == reverse("alerts:settings")
+    assert set(team.members.all()) == {alice, bob}
+    assert client.post(link).status_code == 302  # once more: still one membership
+    assert team.members.count() == 2
+
+
+def test_the_answer_is_the_same_whether_the_address_has_an_account(
+    client: Client, own_cache: Any
+) -> None:
+    """ "No account has that address" told any signed-in stranger who had an account."""
+    alice = make_user("alice")
+    make_user("bob")
+    team = team_of(client, alice)
+    known = invite(client, team, "bob@example.com").content.decode()
+    unknown = invite(client, team, "nobody@example.com").content.decode()
+    assert "Invitation sent to bob@example.com" in known
+    assert "Invitation sent to nobody@example.com" in unknown
+    assert "No account has that address" not in known + unknown
+
+    # The same page but for the address itself (and the CSRF tokens, masked anew each time).
+    def plain(page: str, name: str) -> str:
+        return re.sub(r'value="[A-Za-z0-9]{64}"', "", page.replace(f"{name}@", "x@"))
+
+    assert plain(known, "bob") == plain(unknown, "nobody")
+    assert [m.to for m in mail.outbox] == [["bob@example.com"], ["nobody@example.com"]]
+
+
+def test_only_the_invited_address_can_accept(client: Client, own_cache: Any) -> None:
+    alice, carol = make_user("alice"), make_user("carol")
+    team = team_of(client, alice)
+    invite(client, team, "bob@example.com")
+    link = join_link(mail.outbox[0])
+
+    client.logout()
+    anonymous = client.get(link)
+    assert anonymous.status_code == 302
+    assert anonymous["Location"].startswith(reverse("alerts:login") + "?next=")
+
+    client.force_login(carol)  # signed in, but not as the address invited
+    for answer in (client.get(link), client.post(link)):
+        assert answer.status_code == 403
+        assert "sent to another address" in answer.content.decode()
+    assert list(team.members.all()) == [alice]
+
+    # bob signs in for the first time by the emailed link, and joins.
+    client.logout()
+    client.post(reverse("alerts:signin_request"), {"email": "bob@example.com", "next": link})
+    signin = signin_link_in(mail.outbox[-1])
+    assert client.post(signin).status_code == 302
+    assert client.post(link).status_code == 302
+    assert team.members.filter(email="bob@example.com").exists()
+
+
+def signin_link_in(message: Any) -> str:
+    found = re.search(r"https?://\S+/alerts/login/link/\S+", message.body)
+    assert found, message.body
+    return "/" + found.group(0).split("/", 3)[3]
+
+
+@pytest.mark.parametrize("what", ["forged", "team deleted", "inviter left", "expired"])
+def test_an_invitation_that_no_longer_holds_is_a_bad_link(
+    client: Client, own_cache: Any, what: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob, dave = make_user("alice"), make_user("bob"), make_user("dave")
+    team = team_of(client, alice)
+    team.members.add(dave)  # (as an accepted invitation does)
+    invite(client, team, "bob@example.com")
+    link = join_link(mail.outbox[0])
+    if what == "forged":
+        link = link.replace(link.rstrip("/").rsplit(":", 1)[1], "x" * 27)
+    elif what == "team deleted":
+        team.delete()
+    elif what == "inviter left":
+        client.post(reverse("alerts:team_leave", args=[team.pk]))
+    else:
+        monkeypatch.setattr(tokens, "INVITE_MAX_AGE", timedelta(seconds=-1))
+    client.force_login(bob)
+    for answer in (client.get(link), client.post(link)):
+        assert answer.status_code == 400 and "Link not valid" in answer.content.decode()
+    assert not Team.objects.filter(members=bob).exists()
+
+
+def test_invitations_are_rate_limited(client: Client, own_cache: Any) -> None:
+    alice = make_user("alice")
+    team = team_of(client, alice)
+    limit = 10
+    answers = [invite(client, team, f"p{n}@example.com").status_code for n in range(limit + 1)]
+    assert answers == [200] * limit + [429]
+    assert len(mail.outbox) == limit
+
+
+def test_someone_already_in_the_team_gets_no_mail(client: Client, own_cache: Any) -> None:
+    alice = make_user("alice")
+    team = team_of(client, alice)
+    page = invite(client, team, "ALICE@example.com").content.decode()
+    assert "already in Serving" in page and not mail.outbox
