@@ -231,3 +231,62 @@ def test_a_child_that_ignores_serve_dying_is_killed_after_the_grace(tmp_path: Pa
         proc.kill()
         if stubborn is not None and survivors({stubborn}):
             os.kill(stubborn, signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_web_server_whose_port_was_taken_since_the_check_ends_serve_with_why(
+    tmp_path: Path,
+) -> None:
+    """Another `make run` (from another folder: the lock is per folder) that had not listened
+    yet when this one checked the port: the web server failed to listen, and serve restarted
+    it every 30 s for ever. Before a restart the port is checked again, and a taken one ends
+    serve with the reason, every child stopped."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        script = (
+            "import sys\n"
+            "from cachesafe.management.commands import serve\n"
+            "web = serve.Child('web', [sys.executable, '-c', 'raise SystemExit(1)'],\n"
+            f"                 lambda: serve.port_taken('127.0.0.1', {port}))\n"
+            "sleep = 'import time; time.sleep(600)'\n"
+            "other = serve.Child('worker', [sys.executable, '-c', sleep])\n"
+            "sys.exit(f'failed: {serve.Supervisor([web, other]).run()}')\n"
+        )
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+            timeout=45,
+        )  # fmt: skip
+    said = done.stderr
+    assert done.returncode == 1, said
+    assert re.search(r"serve: web \(pid \d+\) exited with code 1; restarting in 1 s", said), said
+    assert f"failed: web cannot be restarted: Port {port} on 127.0.0.1 is already in use" in said
+    assert "stopping everything" in said
+    assert "web restarted" not in said
+    assert time.monotonic() - started < 15  # the worker was stopped with it, not waited for
+
+
+@pytest.mark.timeout(60)
+def test_a_web_server_whose_port_is_free_is_restarted_as_before(tmp_path: Path) -> None:
+    port = free_port()
+    script = (
+        "import sys\n"
+        "from cachesafe.management.commands import serve\n"
+        "web = serve.Child('web', [sys.executable, '-c', 'raise SystemExit(1)'],\n"
+        f"                 lambda: serve.port_taken('127.0.0.1', {port}))\n"
+        "sys.exit(f'ended: {serve.Supervisor([web]).run()}')\n"
+    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_for(lambda: "web restarted" in log_path.read_text(), 30, "a restart")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 1
+    finally:
+        proc.kill()
+    said = log_path.read_text()
+    assert "ended: None" in said and "cannot be restarted" not in said

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ POLL_SECONDS = 0.2
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why the web server cannot listen on `host`:`port` now (another program does), or None."""
+    try:
+        check_port_free(host, port)
+    except CommandError as exc:
+        return str(exc)
+    return None
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -129,7 +139,14 @@ class Command(BaseCommand):
         connections.close_all()
         self.stdout.write(f"CacheSafe on http://{host}:{port}/ (Ctrl-C stops everything)")
         self.stdout.flush()
-        Supervisor([Child(name, command) for name, command in processes.items()]).run()
+        # A port taken after the check above (another `make run` that had not yet listened
+        # when this one looked, from another folder) ends serve with that reason; the web
+        # server used to be restarted every 30 s for ever, each time failing to listen.
+        checks = {"web": lambda: port_taken(host, port)}
+        children = [Child(name, command, checks.get(name)) for name, command in processes.items()]
+        failure = Supervisor(children).run()
+        if failure is not None:
+            raise CommandError(failure)
 
 
 def hold_var_dir() -> Any:
@@ -282,9 +299,13 @@ def _group_alive(group: int) -> bool:
 class Child:
     """One command in its own process group, restarted with exponential backoff when it dies."""
 
-    def __init__(self, name: str, command: list[str]) -> None:
+    def __init__(
+        self, name: str, command: list[str], can_start: Callable[[], str | None] | None = None
+    ) -> None:
         self.name = name
         self.command = command
+        #: Asked before each restart: a reason it can never start now, or None to start it.
+        self.can_start = can_start
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.quick_deaths = 0
@@ -301,18 +322,22 @@ class Child:
         self.started_at = time.monotonic()
         self.restart_at = None
 
-    def tend(self, now: float) -> None:
-        """Restart the child when its backoff is over; notice (and log) when it has died."""
+    def tend(self, now: float) -> str | None:
+        """Restart the child when its backoff is over; notice (and log) when it has died. The
+        reason it cannot be restarted, if `can_start` gives one."""
         if self.proc is None:
-            return
+            return None
         if self.restart_at is not None:
             if now >= self.restart_at:
+                reason = self.can_start() if self.can_start is not None else None
+                if reason is not None:
+                    return f"{self.name} cannot be restarted: {reason}"
                 self.start()
                 log(f"{self.name} restarted (pid {self.proc.pid})")
-            return
+            return None
         code = self.proc.poll()
         if code is None:
-            return
+            return None
         # A dead leader leaves its pool processes behind; they would hold the port or the queue.
         self.kill_group()
         self.guardian.stopped(self.proc.pid)
@@ -322,6 +347,7 @@ class Child:
         self.quick_deaths += 1
         self.restart_at = now + delay
         log(f"{self.name} (pid {self.proc.pid}) {describe_exit(code)}; restarting in {delay:g} s")
+        return None
 
     def terminate(self) -> None:
         """Ask the leader to stop gracefully; it stops its own pool processes."""
@@ -366,19 +392,24 @@ class Supervisor:
     def request_stop(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
-    def run(self) -> None:
+    def run(self) -> str | None:
+        """Until asked to stop (None), or until a child cannot be restarted (the reason)."""
         # Handlers first: a Ctrl-C that lands while the children start still stops them all.
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGTERM, self.request_stop)
         self.guardian.start()
+        failure = None
         try:
             for child in self.children:
                 child.start()
-            while not self.stopping:
+            while not self.stopping and failure is None:
                 now = time.monotonic()
                 for child in self.children:
-                    child.tend(now)
+                    failure = failure or child.tend(now)
                 time.sleep(POLL_SECONDS)
+            if failure is not None:
+                log(f"{failure}; stopping everything")
+            return failure
         finally:
             for child in self.children:
                 child.terminate()
