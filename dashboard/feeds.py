@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -15,6 +16,16 @@ from registry.models import HubModel, TemplateChange
 
 FEED_SIZE = 50
 
+#: What XML 1.0 cannot hold (its `Char` production): most control characters, lone surrogates,
+#: U+FFFE and U+FFFF. Django's feed writer refuses them with an exception.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """`text` without the characters XML cannot hold. A commit title is the Hub's, any text:
+    one with an escape code or a form feed made every feed that listed it answer 500."""
+    return _NOT_XML.sub("", text)
+
 
 class _ChangeFeed(Feed):  # type: ignore[type-arg]
     feed_type = Atom1Feed
@@ -26,7 +37,7 @@ class _ChangeFeed(Feed):  # type: ignore[type-arg]
 
     def item_title(self, item: TemplateChange) -> str:
         # Syndication escapes titles itself; repo ids and commit titles come from the Hub.
-        title = f" ({item.title})" if item.title else ""
+        title = f" ({xml_text(item.title)})" if item.title else ""
         # A first version is a template added, not changed (nothing before it to diff).
         what = "chat template changed" if item.old_version_id else "chat template added"
         return f"{item.model.repo_id}: {what}{title}"

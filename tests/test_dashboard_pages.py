@@ -317,6 +317,25 @@ def test_feeds_of_template_changes(client: Client, catalog: Catalog) -> None:
     assert client.get("/m/nobody/nothing/changes.atom").status_code == 404
 
 
+def test_a_commit_title_with_characters_xml_cannot_hold_leaves_the_feeds_readable(
+    client: Client, catalog: Catalog
+) -> None:
+    """A commit title is the Hub's, any text: one with a control character (an escape code, a
+    form feed) made every feed that listed it answer 500, since XML 1.0 cannot hold one."""
+    import xml.etree.ElementTree as ElementTree
+
+    change = TemplateChange.objects.filter(model=catalog.changed, old_version__isnull=False).get()
+    TemplateChange.objects.filter(pk=change.pk).update(title="Fix \x1b[31mred\x1b[0m\x0c tools")
+    author = catalog.changed.repo_id.split("/")[0]
+    for url in ("/feeds/changes.atom", f"/feeds/authors/{author}.atom",
+                f"/m/{catalog.changed.repo_id}/changes.atom"):  # fmt: skip
+        response = client.get(url)
+        assert response.status_code == 200, url
+        feed = ElementTree.fromstring(response.content)  # well-formed XML
+        titles = [e.text or "" for e in feed.iter("{http://www.w3.org/2005/Atom}title")]
+        assert any("(Fix [31mred[0m tools)" in t for t in titles), titles
+
+
 def test_pages_unfurl_with_model_and_verdict(client: Client, catalog: Catalog) -> None:
     body = client.get(f"/m/{catalog.unsafe.repo_id}/").content.decode()
     assert (
