@@ -85,7 +85,9 @@ class GgufMetadata:
     #: Where the key-value section ends, and how many bytes were fetched to get there.
     header_bytes: int
     bytes_read: int
-    tokens: list[str] = field(default_factory=list, repr=False)
+    #: The special tokens' texts (`bos_token`, ...), looked up in the vocabulary by their ids.
+    #: Only those are kept: the vocabulary itself (3 million tokens fit under the cap) is not.
+    special_tokens: dict[str, str] = field(default_factory=dict)
 
     def text(self, key: str) -> str:
         value = self.values.get(key)
@@ -108,16 +110,6 @@ class GgufMetadata:
             for key, value in sorted(self.values.items())
             if key.startswith(prefix) and isinstance(value, str) and value.strip()
         }
-
-    @property
-    def special_tokens(self) -> dict[str, str]:
-        """The special tokens' texts, looked up in the vocabulary by their ids."""
-        found = {}
-        for name, key in TOKEN_IDS.items():
-            index = self.values.get(key)
-            if type(index) is int and 0 <= index < len(self.tokens):
-                found[name] = self.tokens[index]
-        return found
 
 
 class _Cursor:
@@ -166,10 +158,16 @@ class _Cursor:
         return int(_U64.unpack(self.take(8))[0])
 
     def string(self) -> str:
+        return bytes(self.take(self._string_size())).decode("utf-8", errors="replace")
+
+    def skip_string(self) -> None:
+        self.take(self._string_size())
+
+    def _string_size(self) -> int:
         size = self.u64()
         if size > self.max_bytes:
             raise self.over_cap(f"a {size:,}-byte string at {self.where}")
-        return bytes(self.take(size)).decode("utf-8", errors="replace")
+        return size
 
 
 def _value_type(raw: int, where: str) -> GGUFValueType:
@@ -179,12 +177,13 @@ def _value_type(raw: int, where: str) -> GGUFValueType:
         raise GgufError(f"malformed: unknown value type {raw} at {where}") from None
 
 
-def _skip_or_read(
-    cursor: _Cursor, kind: GGUFValueType, keep: bool, depth: int = 0
-) -> Value | list[str]:
-    """One value; arrays come back as their length unless `keep` (strings only)."""
+def _skip_or_read(cursor: _Cursor, kind: GGUFValueType, depth: int = 0) -> Value:
+    """One value; an array comes back as its length, its items skipped (strings undecoded)."""
     kinds, _, scalars = _gguf()
     if kind == kinds.STRING:
+        if depth:
+            cursor.skip_string()
+            return ""
         return cursor.string()
     if kind != kinds.ARRAY:
         return cursor.unpack(scalars[kind])
@@ -196,11 +195,9 @@ def _skip_or_read(
     smallest = 8 if nested else scalars[item].size
     if count * smallest > cursor.max_bytes:
         raise cursor.over_cap(f"an array of {count:,} items at {cursor.where}")
-    if item == kinds.STRING and keep:
-        return [cursor.string() for _ in range(count)]
     if nested:
         for _ in range(count):
-            _skip_or_read(cursor, item, False, depth + 1)
+            _skip_or_read(cursor, item, depth + 1)
     else:
         cursor.take(count * smallest)
     return count
@@ -220,26 +217,56 @@ def read_metadata(fetch: Fetch, max_bytes: int) -> GgufMetadata:
     if kv_count > MAX_KEYS:
         raise GgufError(f"malformed: {kv_count:,} metadata keys")
     values: dict[str, Value] = {}
-    tokens: list[str] = []
+    tokens_at = -1
     for number in range(kv_count):
         cursor.where = f"metadata key {number + 1} of {kv_count}"
         key = cursor.string()
+        if key in values:
+            # gguf-py and llama.cpp refuse such a file: no template of it is anyone's.
+            raise GgufError(f"malformed: the key {key[:100]!r} appears twice")
         cursor.where = f"the value of {key[:100]!r}"
         kind = _value_type(int(cursor.unpack(_U32)), cursor.where)
-        value = _skip_or_read(cursor, kind, keep=key == TOKENS_KEY)
-        if isinstance(value, list):
-            tokens = value
-            values[key] = len(value)
-        else:
-            values[key] = value
+        if key == TOKENS_KEY:
+            tokens_at = cursor.pos
+        values[key] = _skip_or_read(cursor, kind)
     return GgufMetadata(
         version=version,
         tensor_count=tensor_count,
         values=values,
         header_bytes=cursor.pos,
         bytes_read=len(cursor.buffer),
-        tokens=tokens,
+        special_tokens=_special_tokens(cursor.buffer, tokens_at, values),
     )
+
+
+def _special_tokens(buffer: bytearray, tokens_at: int, values: dict[str, Value]) -> dict[str, str]:
+    """The special tokens' texts, by their ids, from the vocabulary array at `tokens_at` in
+    `buffer` (already read whole and checked by the parse): one walk to the largest id,
+    decoding only theirs. Decoding and keeping the whole vocabulary took 640 MiB and 22 s for
+    four files of 3.3 million tokens each, every one under the cap."""
+    wanted = {
+        index: name
+        for name, key in TOKEN_IDS.items()
+        if type(index := values.get(key)) is int and index >= 0
+    }
+    count = values.get(TOKENS_KEY)
+    if tokens_at < 0 or not wanted or type(count) is not int:
+        return {}
+    kinds = _gguf()[0]
+    if _U32.unpack_from(buffer, tokens_at)[0] != kinds.STRING:
+        return {}
+    found: dict[str, str] = {}
+    last = min(max(wanted), count - 1)
+    position = tokens_at + 4 + 8
+    for index in range(last + 1):
+        size = _U64.unpack_from(buffer, position)[0]
+        position += 8
+        if index in wanted:
+            found[wanted[index]] = bytes(buffer[position : position + size]).decode(
+                "utf-8", errors="replace"
+            )
+        position += size
+    return {name: found[name] for name in TOKEN_IDS if name in found}
 
 
 def read_bytes(data: bytes, max_bytes: int | None = None) -> GgufMetadata:

@@ -12,7 +12,7 @@ from gguf import GGUFReader, GGUFValueType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.gguf_header import FIRST_CHUNK, GgufError, read_bytes, read_metadata
+from registry.gguf_header import FIRST_CHUNK, TOKENS_KEY, GgufError, read_bytes, read_metadata
 from tests.gguf_files import QWEN_TOKENS, gguf_bytes
 
 TEMPLATE = (
@@ -48,7 +48,7 @@ def test_it_reads_what_gguf_writes_as_gguf_reads_it() -> None:
     assert meta.architecture == "qwen3"
     assert meta.chat_template == TEMPLATE
     assert meta.named_templates == {"tool_use": "{{ tools }}"}
-    assert meta.tokens == QWEN_TOKENS
+    assert meta.values[TOKENS_KEY] == len(QWEN_TOKENS)
     assert meta.special_tokens == {"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}
     assert meta.header_bytes < len(data)
 
@@ -71,7 +71,7 @@ def test_only_the_header_is_fetched_in_growing_ranges() -> None:
 
     meta = read_metadata(fetch, 32 * 1024 * 1024)
     assert meta.chat_template == TEMPLATE
-    assert len(meta.tokens) == 60_000
+    assert meta.values[TOKENS_KEY] == 60_000
     contiguous = [sum(size for _, size in asked[:i]) for i in range(len(asked))]
     assert [start for start, _ in asked] == contiguous
     assert asked[0] == (0, FIRST_CHUNK)
@@ -142,3 +142,48 @@ def test_hostile_bytes_raise_only_gguf_errors(tail: bytes, kv: int) -> None:
     # Anything else (IndexError, UnicodeError, struct.error, …) fails the test.
     with contextlib.suppress(GgufError):
         read_bytes(_header(kv=kv) + tail)
+
+
+def vocabulary_bomb(tokens: int) -> bytes:
+    """A header of `tokens` two-letter tokens, then the special token ids and a template: the
+    whole of it under the 32 MiB cap at 3.3 million tokens."""
+    key = TOKENS_KEY.encode()
+    parts = [struct.pack("<IIQQ", 0x46554747, 3, 0, 4)]
+    parts.append(struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 8, tokens))
+    two = struct.pack("<Q", 2)
+    parts += [two + bytes([97 + i % 26, 97 + (i // 26) % 26]) for i in range(tokens)]
+    for name, value in ((b"tokenizer.ggml.bos_token_id", 1), (b"tokenizer.ggml.eos_token_id", 27)):
+        parts.append(struct.pack("<Q", len(name)) + name + struct.pack("<II", 4, value))
+    body, key = TEMPLATE.encode(), b"tokenizer.chat_template"
+    parts.append(struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(body)) + body)
+    return b"".join(parts)
+
+
+def test_the_vocabulary_is_walked_not_kept() -> None:
+    """Every token was decoded and kept, for the two or three special ones: a header of 3.3
+    million tokens under the cap took 300 MiB to read, and a repo of four of them 640."""
+    import tracemalloc
+
+    data = vocabulary_bomb(1_000_000)
+    tracemalloc.start()
+    try:
+        meta = read_bytes(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert meta.values[TOKENS_KEY] == 1_000_000 and meta.chat_template == TEMPLATE
+    assert meta.special_tokens == {"bos_token": "ba", "eos_token": "bb"}
+    assert peak < 2 * len(data)  # the bytes read, and nothing a token at a time
+
+
+def test_a_key_given_twice_is_malformed_as_gguf_and_llama_cpp_have_it() -> None:
+    """The template key twice: ours read the last, gguf-py's reader refuses the file."""
+    data = gguf_bytes(TEMPLATE, extra={"tokenizer.chat_templatX": "{{ other }}"})
+    data = data.replace(b"tokenizer.chat_templatX", b"tokenizer.chat_template")
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as handle:
+        handle.write(data)
+        handle.flush()
+        with pytest.raises(KeyError, match="Duplicate"):
+            GGUFReader(handle.name)
+    with pytest.raises(GgufError, match="'tokenizer.chat_template' appears twice"):
+        read_bytes(data)
