@@ -24,6 +24,8 @@ from .models import TemplateVersion
 from .repo_files import FoundTemplates, sha256_text, unstorable
 
 SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+#: An architecture name as llama.cpp spells them ("qwen3", "gpt-oss", "rwkv6qwen2").
+ARCHITECTURE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
 #: What an entry of HubModel.gguf_files says of its file.
 OK, NO_TEMPLATE, BROKEN, NOT_READ = "ok", "no_template", "broken", "not_read"
 
@@ -121,7 +123,7 @@ def _read_entry(
         template=sha256_text(template) if template.strip() else "",
         named={name: sha256_text(text) for name, text in meta.named_templates.items()},
         tokens=meta.special_tokens,
-        architecture=meta.architecture[:100],
+        architecture=architecture_name(meta.architecture),
         bytes=meta.bytes_read,
     )
     return entry, meta
@@ -176,7 +178,7 @@ def read_embedded(
 
     summary = client.gguf_summary(info.repo_id)
     found = _repo_template(summary, entries, metas, texts)
-    architecture = str(summary.get("architecture") or "")[:100] or next(
+    architecture = architecture_name(summary.get("architecture")) or next(
         (e["architecture"] for e in entries if e["architecture"]), ""
     )
     broken = ""
@@ -219,10 +221,29 @@ def _repo_template(
 
 
 def _named(entry: dict[str, Any], metas: dict[str, GgufMetadata], default: str) -> dict[str, str]:
+    """The named templates of `entry`'s file, with `default`: read now, or, for a file not
+    read again (another file of the repo changed), as an earlier sync kept them. Taken from
+    this sync's reads alone, they were lost whenever another quantization changed: the repo
+    dropped them, and its verdict with them, and recorded a template change that was none."""
     meta = metas.get(entry["path"])
-    if meta is None or not meta.named_templates:
+    if meta is not None:
+        named = meta.named_templates
+    else:
+        shas = entry.get("named")
+        named = {
+            name: text
+            for name, sha in (shas.items() if isinstance(shas, dict) else ())
+            if isinstance(name, str) and isinstance(sha, str) and (text := stored_text(sha))
+        }
+    if not named:
         return {}
-    return {"default": default, **meta.named_templates}
+    return {"default": default, **named}
+
+
+def architecture_name(value: Any) -> str:
+    """`value` if it is an architecture name, else "" (the Hub's summary is any JSON: a lone
+    surrogate there made every sync of the repo fail as it was written)."""
+    return value if isinstance(value, str) and ARCHITECTURE_RE.fullmatch(value) else ""
 
 
 def stored_text(sha: str) -> str:

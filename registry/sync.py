@@ -301,6 +301,7 @@ class RegistrySync:
             broken_reason=broken,
             facts=facts,
             info=info,
+            gguf_files=no_gguf_files(model),
         )
 
     def observe_head(self, model: HubModel, info: RepoInfo) -> Observation:
@@ -338,6 +339,7 @@ class RegistrySync:
             facts=facts if isinstance(facts, ArchitectureFacts) else None,
             info=info,
             history_from=info.sha,
+            gguf_files=no_gguf_files(model),
         )
 
     def backfill(self, model: HubModel) -> SyncResult:
@@ -397,6 +399,11 @@ class RegistrySync:
             info = replace(info, repo_id=model.repo_id)
         embedded = read_embedded(self.client, info, previous)
         has_current = model.current_snapshot_id is not None
+        broken = embedded.broken
+        if embedded.unchanged and model.status == ModelStatus.BROKEN:
+            # No file changed, so none was read again: the reason it was broken still holds
+            # (lost, the repo came back `ok` with a template its files no longer carry).
+            broken = model.status_reason or "the GGUF files cannot be read"
         states = []
         if not (embedded.unchanged and has_current):
             commit = CommitInfo(info.sha, info.last_modified, "")
@@ -405,11 +412,11 @@ class RegistrySync:
         return Observation(
             head_sha=info.sha,
             head_date=info.last_modified,
-            states=[] if embedded.broken else states,
+            states=[] if broken else states,
             files_signature={"commit": info.sha, "paths": paths},
             incremental=has_current,
             history_complete=None,
-            broken_reason=embedded.broken,
+            broken_reason=broken,
             info=info,
             gguf_files=embedded.files,
             gguf_texts=embedded.texts,
@@ -645,6 +652,12 @@ def _record_changes(
         for walked, change in new:
             walked.created.append(change)
     return walked_all
+
+
+def no_gguf_files(model: HubModel) -> list[dict[str, Any]] | None:
+    """For a head without GGUF files: none listed any more (left listed, the model page showed
+    files since deleted, and files restored later matched the list and were not read)."""
+    return [] if model.gguf_files else None
 
 
 def _values(model: HubModel, observation: Observation, walked: _Changes) -> dict[str, Any]:

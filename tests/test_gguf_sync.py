@@ -265,3 +265,95 @@ def test_templates_a_gguf_embeds_that_the_catalog_cannot_store_make_it_broken(
     assert reason in model.status_reason
     assert model.current_snapshot is None
     assert [(e["path"], e["named"]) for e in model.gguf_files] == [("m-Q4.gguf", {})]
+
+
+TOOLS = OLD + "{# tools #}"
+
+
+def test_a_broken_gguf_repo_stays_broken_after_a_commit_that_changes_no_gguf_file(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """With no GGUF file changed, nothing is read again, and why the repo was broken was lost:
+    it came back `ok` with a template its files no longer carry, or `no_template`."""
+    upload(fake_hub, "u/flip-GGUF", {"m-Q4.gguf": gguf(OLD)})
+    assert sync("u/flip-GGUF").status == ModelStatus.OK
+    fake_hub.store.add_commit("u/flip-GGUF", {"m-Q4.gguf": gguf(NEW, named={"tool\x00use": NEW})})
+    assert sync("u/flip-GGUF").status == ModelStatus.BROKEN
+    whole = gguf_bytes(OLD)
+    upload(fake_hub, "a/cut-GGUF", {"model-Q4.gguf": whole[: len(whole) // 2]})
+    assert sync("a/cut-GGUF").status == ModelStatus.BROKEN
+    for repo_id in ("u/flip-GGUF", "a/cut-GGUF"):
+        reason = HubModel.objects.get(repo_id=repo_id).status_reason
+        fake_hub.store.add_commit(repo_id, {"README.md": "a new card"}, "card")
+        result = sync(repo_id)
+        model = HubModel.objects.get(repo_id=repo_id)
+        assert (result.status, model.status, model.status_reason) == (
+            ModelStatus.BROKEN, ModelStatus.BROKEN, reason
+        ), repo_id  # fmt: skip
+
+
+def test_gguf_files_removed_then_restored_are_read_again(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """Removed, they stayed listed on the model; restored, they matched that stale list, were
+    not read, and the repo kept tokenizer_config.json's template."""
+    repo = "r/restored-GGUF"
+    upload(fake_hub, repo, {"m-Q4.gguf": gguf(OLD), "tokenizer_config.json": tc(NEW)})
+    sync(repo)
+    fake_hub.store.add_commit(repo, {"m-Q4.gguf": None}, "remove gguf")
+    sync(repo)
+    model = HubModel.objects.get(repo_id=repo)
+    assert model.gguf_files == []
+    assert model.current_snapshot is not None
+    assert model.current_snapshot.source_file == "tokenizer_config.json"
+    fake_hub.store.add_commit(repo, {"m-Q4.gguf": gguf(OLD)}, "restore gguf")
+    sync(repo)
+    model.refresh_from_db()
+    assert [e["path"] for e in model.gguf_files] == ["m-Q4.gguf"]
+    assert model.current_snapshot is not None
+    assert model.current_snapshot.source_file == "gguf"
+    assert model.current_snapshot.default_template.text == OLD
+
+
+def test_named_templates_stay_when_another_quantization_changes(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """The main file, not read again, lent its named templates to nobody: `tool_use` dropped
+    out of the repo (and of its verdict), and a template change was recorded that was none."""
+    repo = "n/named-GGUF"
+    upload(fake_hub, repo, {"a-Q4.gguf": gguf(OLD, named={"tool_use": TOOLS}),
+                            "b-Q8.gguf": gguf(OLD)})  # fmt: skip
+    assert sync(repo).status == ModelStatus.OK
+    model = HubModel.objects.get(repo_id=repo)
+    assert model.current_snapshot is not None
+    before = sorted(model.current_snapshot.named_templates.values_list("name", flat=True))
+    assert before == ["default", "tool_use"]
+    fake_hub.store.add_commit(repo, {"b-Q8.gguf": gguf(OLD, name="requant")}, "requant Q8")
+    sync(repo)
+    model.refresh_from_db()
+    assert model.current_snapshot is not None
+    assert sorted(model.current_snapshot.named_templates.values_list("name", flat=True)) == before
+    assert TemplateChange.objects.filter(model=model).count() == 1
+
+
+def test_an_architecture_the_catalog_cannot_store_is_left_out(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub's GGUF summary is JSON: an architecture with a lone surrogate made every sync of
+    the repo fail as it wrote, so it got no more template updates."""
+    import tests.fakehub.server as server
+
+    real = server.gguf_summary
+
+    def odd(commit: Any) -> Any:
+        summary = real(commit)
+        if summary is not None:
+            summary["architecture"] = "qwen3\ud800"
+        return summary
+
+    monkeypatch.setattr(server, "gguf_summary", odd)
+    upload(fake_hub, "s/surrogate-GGUF", {"m-Q4.gguf": gguf(OLD)})
+    result = sync("s/surrogate-GGUF")
+    model = HubModel.objects.get(repo_id="s/surrogate-GGUF")
+    assert (result.status, model.sync_error) == (ModelStatus.OK, "")
+    assert model.model_type == "qwen3"  # the file's own, as the Hub's could not be taken
