@@ -1,5 +1,5 @@
 """Rate limits on what a stranger can make us do: subscribe, send mail (confirmations, sign-in
-links, invitations to a team), send test webhooks.
+links, invitations to a team), send test webhooks, guess passwords.
 
 Counted per client address, per signed-in user and per target address, in the shared cache
 (Redis in production) by the registry's fixed-window counter.
@@ -22,6 +22,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "signin_mail": (5, 3600),
     "test_send": (5, 3600),
     "invite_mail": (10, 3600),
+    "password_signin": (20, 3600),
 }
 
 

@@ -32,9 +32,19 @@ def _read(purpose: str, token: str, max_age: timedelta) -> Any:
         return None
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(address: str) -> str:
+    """`address` with its ASCII letters lower-cased, and only those. `str.lower` also maps
+    other letters to ASCII ones (U+212A KELVIN SIGN to "k"): a sign-in link mailed to
+    "\u212aim@example.com", another mailbox, signed in to kim@example.com's account."""
+    return address.translate(_ASCII_LOWER)
+
+
 def _address_digest(address: str) -> str:
     # Tokens end up in URLs (and server logs): they carry a digest, never the address itself.
-    return hashlib.sha256(address.lower().encode()).hexdigest()[:24]
+    return hashlib.sha256(ascii_lower(address).encode()).hexdigest()[:24]
 
 
 def _channel_token(purpose: str, channel: Channel) -> str:
@@ -77,7 +87,8 @@ def _user_for(email: str) -> Any:
 
 
 def signin_token(email: str) -> str:
-    return _signer("signin").sign_object({"e": email.lower(), "s": _login_stamp(_user_for(email))})
+    address = ascii_lower(email)
+    return _signer("signin").sign_object({"e": address, "s": _login_stamp(_user_for(address))})
 
 
 def signin_address(token: str) -> str | None:

@@ -348,6 +348,19 @@ class LoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "link_form": SigninLinkForm()}
 
+    def get_success_url(self) -> str:
+        # A signed-in reader sent to this page with itself as `next` (anyone can link that)
+        # went to Django's "redirection loop" error: a 500.
+        url = str(super().get_success_url())
+        return reverse("alerts:settings") if url == self.request.path else url
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """Password guesses are counted as mails are, per client, per account asked for."""
+        username = str(request.POST.get("username", ""))[:254]
+        if not throttles.allowed("password_signin", request, username):
+            return _limited(request, "Too many sign-in attempts; try again in an hour.")
+        return super().post(request, *args, **kwargs)
+
 
 class PasswordView(auth_views.PasswordChangeView):
     """Set a password (accounts made by a sign-in link have none) or change it."""

@@ -150,3 +150,50 @@ def test_someone_already_in_the_team_gets_no_mail(client: Client, own_cache: Any
     team = team_of(client, alice)
     page = invite(client, team, "ALICE@example.com").content.decode()
     assert "already in Serving" in page and not mail.outbox
+
+
+def test_a_sign_in_link_for_a_look_alike_address_opens_only_its_own_account(
+    client: Client, own_cache: Any
+) -> None:
+    """U+212A KELVIN SIGN lower-cases to an ASCII "k": a link mailed to "\u212aim@example.com",
+    another mailbox, signed in to kim@example.com's account (or made it, to be taken later)."""
+    from django.contrib.auth import get_user_model
+
+    kim = get_user_model().objects.create_user(username="kim@example.com", email="kim@example.com")
+    look_alike = "\u212aim@example.com"
+    client.post(reverse("alerts:signin_request"), {"email": look_alike})
+    (sent,) = mail.outbox
+    assert client.post(signin_link_in(sent)).status_code == 302
+    user: Any = client.get(reverse("alerts:settings")).wsgi_request.user
+    assert user.pk != kim.pk and user.email == look_alike
+    # The real address still signs in to its own account.
+    client.logout()
+    client.post(reverse("alerts:signin_request"), {"email": "KIM@example.com"})
+    assert client.post(signin_link_in(mail.outbox[-1])).status_code == 302
+    assert client.get(reverse("alerts:settings")).wsgi_request.user.pk == kim.pk
+
+
+def test_password_guesses_are_limited(own_cache: Any) -> None:
+    """Every mail a stranger could make us send was limited, password guessing was not."""
+    make_user("kim", password="correct horse battery")
+    guesser = Client()
+    login = reverse("alerts:login")
+    codes = [guesser.post(login, {"username": "kim", "password": f"guess{n}"}).status_code
+             for n in range(21)]  # fmt: skip
+    assert codes == [200] * 20 + [429]
+    again = guesser.post(login, {"username": "kim", "password": "correct horse battery"})
+    assert again.status_code == 429  # the right one too, for the rest of the hour
+    elsewhere = Client(REMOTE_ADDR="203.0.113.9")  # another client, the same account: counted
+    assert elsewhere.post(login, {"username": "kim", "password": "x"}).status_code == 429
+    someone = Client(REMOTE_ADDR="203.0.113.9")
+    assert someone.post(login, {"username": "lee", "password": "x"}).status_code == 200
+
+
+def test_the_sign_in_page_with_itself_as_next_sends_a_signed_in_reader_on(
+    client: Client, own_cache: Any
+) -> None:
+    client.force_login(make_user("alice"))
+    login = reverse("alerts:login")
+    answer = client.get(login, {"next": login})
+    assert answer.status_code == 302 and answer["Location"] == reverse("alerts:settings")
+    assert client.get(login, {"next": "/probes/"})["Location"] == "/probes/"
