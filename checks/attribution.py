@@ -18,6 +18,17 @@ import jinja2
 
 from checks.rendering import RenderLimitError
 
+#: What Jinja counts as a line break (its lexer's `newline_re`), so line N here is its line N.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def template_lines(text: str) -> list[str]:
+    """The lines of a template as Jinja numbers them: a lone carriage return breaks a line, a
+    form feed or U+2028 does not (`str.splitlines` breaks on both, a split on line feeds on
+    neither). Pages that number a template's lines use this, so a culprit line is the
+    engine's."""
+    return _LINE_BREAK.split(text)
+
 
 @dataclass(frozen=True)
 class Span:

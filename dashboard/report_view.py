@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from checks.attribution import template_lines
 from checks.clients import PROFILES
 from checks.figures import ShareFigure, share_figure
 from checks.policy import is_primary
@@ -158,7 +159,7 @@ class ReportView:
     def source_lines(self) -> list[SourceLine]:
         return [
             SourceLine(number, text, number in self.culprits)
-            for number, text in enumerate(self.version.text.split("\n"), start=1)
+            for number, text in enumerate(template_lines(self.version.text), start=1)
         ]
 
     @property

@@ -12,13 +12,22 @@ from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from registry.models import CheckRun, HubModel, ModelStatus, NamedTemplate, TemplateChange
+from registry.models import (
+    CheckRun,
+    HubModel,
+    ModelStatus,
+    NamedTemplate,
+    TemplateChange,
+    TemplateVersion,
+)
 from registry.verdicts import check_in_process, record_check
+from tests.conftest import REPO_ROOT
 from tests.dashboard_data import (
     HOSTILE_REPO,
     PENDING_REPO,
     TOKENS,
     Catalog,
+    add_model,
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
 )
@@ -453,3 +462,37 @@ def test_a_model_shows_the_check_of_its_own_tokenizer_not_another_repos(client: 
         assert (note in api["check"]["summary"]) is has_note, model.repo_id
         page = client.get(f"/m/{model.repo_id}/").content.decode()
         assert (note in page) is has_note, model.repo_id
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+def test_a_template_with_other_line_breaks_is_numbered_as_the_engine_numbers_it(
+    client: Client, newline: str
+) -> None:
+    """Jinja breaks lines on a lone carriage return too: a template written with them was one
+    line on its page, and the check's culprit lines pointed at rows that did not exist."""
+    text = (REPO_ROOT / "registry/demo/moving-marker-unsafe.jinja").read_text()
+    model = add_model("org-a/marker", text.replace("\n", newline), commit="a" * 40)
+    assert model.current_snapshot is not None
+    sha = model.current_snapshot.default_template.sha256
+    failures = client.get(f"/api/checks/{sha}").json()["failures"]
+    culprits = {n for failure in failures for n in failure["template_lines"]}
+    body = client.get(f"/t/{sha}/").content.decode()
+    assert body.count('<tr id="L') == len(text.split("\n"))
+    for number in culprits:
+        assert f'<tr id="L{number}" class="culprit">' in body
+
+
+def test_the_version_diff_numbers_lines_as_the_template_page(client: Client) -> None:
+    """A form feed inside a comment is no line break to Jinja; `splitlines` made it one."""
+    old_text = "{#- header\x0cstill the comment -#}\n{{ bos_token }}\n{{ messages[0].content }}\n"
+    old, _ = TemplateVersion.objects.get_or_create_for_text(old_text)
+    new, _ = TemplateVersion.objects.get_or_create_for_text(
+        old_text.replace("messages[0]", "messages[-1]")
+    )
+    assert (
+        '<tr id="L3"><td class="ln"><a href="#L3">3</a></td>'
+        in client.get(f"/t/{new.sha256}/").content.decode()
+    )
+    diff = client.get(f"/t/{new.sha256}/vs/{old.sha256}/").content.decode()
+    added = diff.split('<tr class="add">')[1].split("</tr>")[0]
+    assert added.startswith('<td class="ln"></td><td class="ln">3</td>'), added
