@@ -9,6 +9,7 @@ version never changes, so neither do its renders.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from checks import PairRequest, PairUnavailable, SandboxPool, TemplateSource, render_pair
-from checks.comparison import common_prefix
+from checks.comparison import byte_length, common_prefix
 from checks.sandbox import SandboxError
 from registry.models import TemplateVersion
 
@@ -168,7 +169,10 @@ def pair_diff(
     engine_version: str,
 ) -> PairDiff:
     """The diff of one pair; renders come from the cache when this pair was shown before."""
-    parts = (version.sha256, engine_version, *map(str, location.url_args))
+    # The special tokens are part of the key: renders kept for one model's tokens were shown
+    # on another model's page (`?model=`).
+    tokens = json.dumps(sorted(special_tokens.items()))
+    parts = (version.sha256, engine_version, tokens, *map(str, location.url_args))
     key = "pair:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
     data = cache.get(key)
     if data is None:
@@ -176,7 +180,13 @@ def pair_diff(
         cache.set(key, data, CACHE_SECONDS)
     before, after = data["before"], data["after"]
     divergence = location.pair.divergence
-    offset = divergence.char_offset if divergence else common_prefix(before, after)
+    if divergence is not None and byte_length(before) == location.pair.prefix_bytes:
+        offset = divergence.char_offset
+    else:
+        # Rendered with other special tokens than the check's (another model's, by `?model=`),
+        # the check's offset falls elsewhere (14 characters early, in the previous message, for
+        # a longer bos token): the mark goes where these two renders part.
+        offset = common_prefix(before, after)
     return PairDiff(
         before=before,
         after=after,

@@ -496,3 +496,32 @@ def test_the_version_diff_numbers_lines_as_the_template_page(client: Client) -> 
     diff = client.get(f"/t/{new.sha256}/vs/{old.sha256}/").content.decode()
     added = diff.split('<tr class="add">')[1].split("</tr>")[0]
     assert added.startswith('<td class="ln"></td><td class="ln">3</td>'), added
+
+
+def test_a_pair_page_renders_with_the_models_own_tokens_and_marks_where_they_part(
+    client: Client,
+) -> None:
+    """The renders were kept by template and pair alone: one model's page showed another
+    model's special tokens. And the check's offset, taken to renders made with other tokens,
+    put the mark 14 characters early, in the previous message."""
+    from registry.models import TemplateSnapshot
+
+    text = (REPO_ROOT / "registry/demo/moving-marker-unsafe.jinja").read_text()
+    first = add_model("org-a/marker", text, commit="a" * 40)  # bos_token "<s>", checked
+    second = add_model("org-b/marker", text, commit="b" * 40, check=False)
+    TemplateSnapshot.objects.filter(model=second).update(
+        special_tokens={"bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"}
+    )
+    assert first.current_snapshot is not None
+    url = f"/t/{first.current_snapshot.default_template.sha256}/pair/default/chat/1/"
+    mark = '<mark class="div" id="divergence-before">'
+    for repo_id, shown, hidden in (
+        ("org-b/marker", "begin_of_text", None),
+        ("org-a/marker", None, "begin_of_text"),
+    ):
+        page = client.get(url, {"model": repo_id}).content.decode()
+        if shown:
+            assert shown in page, repo_id
+        if hidden:
+            assert hidden not in page, repo_id
+        assert page.split(mark)[1].startswith('<span class="tok">[LATEST]</span>'), repo_id
