@@ -76,11 +76,28 @@ def _visible(text: str) -> str:
     out = []
     position = 0
     for match in SPECIAL_TOKEN.finditer(text):
-        out.append(_whitespace(escape(text[position : match.start()])))
+        out.append(_whitespace(shown_controls(escape(text[position : match.start()]))))
         out.append(f'<span class="tok">{escape(match.group())}</span>')
         position = match.end()
-    out.append(_whitespace(escape(text[position:])))
+    out.append(_whitespace(shown_controls(escape(text[position:]))))
     return "".join(out)
+
+
+#: Characters that change how text around them is displayed, or show nothing: the bidi
+#: embeddings, overrides, isolates and marks, and the zero-width ones. In a template's source
+#: an override makes the code read otherwise than it runs ("Trojan Source", CVE-2021-42574).
+_CONTROLS = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
+
+
+def shown_controls(escaped: str) -> str:
+    """`escaped` (already HTML-escaped) with each of those characters shown by its code point,
+    in place of the character (which would act on the page)."""
+
+    def shown(match: re.Match[str]) -> str:
+        point = f"U+{ord(match.group()):04X}"
+        return f'<span class="ctl" title="{point}">[{point}]</span>'
+
+    return _CONTROLS.sub(shown, escaped)
 
 
 _WHITESPACE = re.compile(r" +|\t|\r")

@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.test import Client
+from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
@@ -525,3 +526,24 @@ def test_a_pair_page_renders_with_the_models_own_tokens_and_marks_where_they_par
         if hidden:
             assert hidden not in page, repo_id
         assert page.split(mark)[1].startswith('<span class="tok">[LATEST]</span>'), repo_id
+
+
+def test_characters_that_reorder_or_hide_text_are_shown_by_their_code_points(
+    client: Client,
+) -> None:
+    """A right-to-left override in a template makes its source read otherwise than it runs
+    ("Trojan Source"); the pages showed it raw. Family and commit titles are the Hub's too."""
+    text = "{%- if messages[0].role == 'admin' %}{#\u202e } %}{% if false %}\u2066 #}x{% endif %}\n"
+    model = add_model("org-a/bidi", text, commit="a" * 40, family="\u202efam")
+    assert model.current_snapshot is not None
+    version = model.current_snapshot.default_template
+    TemplateChange.objects.create(
+        model=model, commit_sha="d" * 40, title="\u202eharmless fix", new_version=version,
+        committed_at=timezone.now(),
+    )  # fmt: skip
+    other, _ = TemplateVersion.objects.get_or_create_for_text(text.replace("x", "y"))
+    for url in (f"/t/{version.sha256}/", f"/m/{model.repo_id}/",
+                f"/t/{other.sha256}/vs/{version.sha256}/"):  # fmt: skip
+        body = client.get(url).content.decode()
+        assert "\u202e" not in body and "\u2066" not in body, url
+        assert '<span class="ctl" title="U+202E">[U+202E]</span>' in body, url

@@ -13,12 +13,14 @@ from django.conf import settings
 from django.template import Context, engines
 from django.templatetags.static import static
 from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 from django_htmx.jinja import htmx_script
 
 from checks import figures
 from checks.setups import Setup
 from dashboard.catalog import CatalogQuery
+from dashboard.pairs import shown_controls
 from dashboard.stored_reports import PairLocation
 from registry.models import Verdict
 
@@ -204,3 +206,11 @@ def sentences(text: str, limit: int = 200) -> str:
         kept.append(part)
     shown = " ".join(kept)
     return shown if len(kept) == len(parts) else f"{shown} …"
+
+
+@register.filter
+def code_text(value: object) -> SafeString:
+    """Text from the Hub (a template's lines, a commit title, a family), escaped, with the
+    characters that would reorder or hide what is shown (bidi overrides, zero-width ones)
+    shown by their code points instead (`dashboard.pairs.shown_controls`)."""
+    return mark_safe(shown_controls(str(conditional_escape(str(value)))))  # noqa: S308 - escaped
