@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils.feedgenerator import Atom1Feed
 
 from registry.models import HubModel, TemplateChange
+from registry.models.catalog import DATED
 
 FEED_SIZE = 50
 
@@ -31,8 +32,13 @@ class _ChangeFeed(Feed):  # type: ignore[type-arg]
     feed_type = Atom1Feed
 
     def _changes(self) -> QuerySet[TemplateChange]:
-        return TemplateChange.objects.select_related("model", "old_version", "new_version").defer(
-            "old_version__text", "new_version__text"
+        """Newest first by `TemplateChange.dated`: the commit's date, but never later than when
+        the change was found (a commit dated 2099 stayed on top of every feed)."""
+        return (
+            TemplateChange.objects.select_related("model", "old_version", "new_version")
+            .defer("old_version__text", "new_version__text")
+            .annotate(dated_at=DATED)
+            .order_by("-dated_at", "-id")
         )
 
     def item_title(self, item: TemplateChange) -> str:
@@ -62,10 +68,10 @@ class _ChangeFeed(Feed):  # type: ignore[type-arg]
         return f"cachesafe-change-{item.model.repo_id}-{item.commit_sha}"
 
     def item_updateddate(self, item: TemplateChange) -> datetime:
-        return item.committed_at or item.detected_at
+        return item.dated
 
     def item_pubdate(self, item: TemplateChange) -> datetime:
-        return item.committed_at or item.detected_at
+        return item.dated
 
 
 class AllChanges(_ChangeFeed):
@@ -76,7 +82,7 @@ class AllChanges(_ChangeFeed):
         return reverse("dashboard:catalog")
 
     def items(self) -> QuerySet[TemplateChange]:
-        return self._changes().order_by("-committed_at", "-id")[:FEED_SIZE]
+        return self._changes()[:FEED_SIZE]
 
 
 class AuthorChanges(_ChangeFeed):
@@ -97,9 +103,7 @@ class AuthorChanges(_ChangeFeed):
         return reverse("dashboard:catalog") + "?" + urlencode({"author": obj})
 
     def items(self, obj: str) -> QuerySet[TemplateChange]:
-        return (
-            self._changes().filter(model__author=obj).order_by("-committed_at", "-id")[:FEED_SIZE]
-        )
+        return self._changes().filter(model__author=obj)[:FEED_SIZE]
 
 
 class ModelChanges(_ChangeFeed):
@@ -117,4 +121,4 @@ class ModelChanges(_ChangeFeed):
         return reverse("dashboard:model", args=[org, name])
 
     def items(self, obj: HubModel) -> QuerySet[TemplateChange]:
-        return self._changes().filter(model=obj).order_by("-committed_at", "-id")[:FEED_SIZE]
+        return self._changes().filter(model=obj)[:FEED_SIZE]

@@ -698,8 +698,7 @@ def _values(model: HubModel, observation: Observation, walked: _Changes) -> dict
     else:
         values |= {"status": ModelStatus.OK, "status_reason": ""}
     if created:
-        dates = [c.committed_at for c in created if c.committed_at is not None]
-        values["last_template_change_at"] = max(dates) if dates else timezone.now()
+        values["last_template_change_at"] = max(c.dated for c in created)
     return values
 
 
@@ -871,9 +870,9 @@ def record_history(
         values: dict[str, Any] = {"history_from": "", "history_complete": complete}
         if facts is not None:
             values |= facts_fields(facts)
-        latest = model.changes.exclude(committed_at=None).order_by("-committed_at").first()
+        latest = max((c.dated for c in model.changes.exclude(committed_at=None)), default=None)
         if latest is not None:
-            values["last_template_change_at"] = latest.committed_at
+            values["last_template_change_at"] = latest
         changed = _assign(model, values)
         model.save(update_fields=changed)
         if created:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -547,3 +548,34 @@ def test_characters_that_reorder_or_hide_text_are_shown_by_their_code_points(
         body = client.get(url).content.decode()
         assert "\u202e" not in body and "\u2066" not in body, url
         assert '<span class="ctl" title="U+202E">[U+202E]</span>' in body, url
+
+
+def test_changes_dated_in_the_future_do_not_hold_the_feed(client: Client, catalog: Catalog) -> None:
+    """A commit's date is whatever its author set: fifty changes dated 2099 were the whole
+    feed, and a change made today never appeared."""
+    import xml.etree.ElementTree as ElementTree
+    from datetime import UTC, datetime
+
+    spam = add_model("spam-org/spam", "{{ messages }} spam", commit="a" * 40, check=False)
+    assert spam.current_snapshot is not None
+    version = spam.current_snapshot.default_template
+    TemplateChange.objects.bulk_create(
+        TemplateChange(model=spam, commit_sha=f"{n:040x}", new_version=version, title="spam",
+                       committed_at=datetime(2099, 1, 1, tzinfo=UTC),
+                       detected_at=timezone.now() - timedelta(days=1))
+        for n in range(50)
+    )  # fmt: skip
+    real = add_model("real-org/real", "{{ messages }} real", commit="b" * 40, check=False)
+    assert real.current_snapshot is not None
+    TemplateChange.objects.create(
+        model=real, commit_sha="c" * 40, title="Fix tools", committed_at=timezone.now(),
+        new_version=real.current_snapshot.default_template,
+    )  # fmt: skip
+    feed = ElementTree.fromstring(client.get("/feeds/changes.atom").content)
+    atom = "{http://www.w3.org/2005/Atom}"
+    entries = list(feed.iter(f"{atom}entry"))
+    assert "real-org/real" in (entries[0].findtext(f"{atom}title") or "")
+    # Dated when they were found, not in 2099.
+    spam_dates = {e.findtext(f"{atom}updated") for e in entries[1:] if "spam-org" in (
+        e.findtext(f"{atom}title") or "")}  # fmt: skip
+    assert spam_dates and all(d and d < "2099" for d in spam_dates)

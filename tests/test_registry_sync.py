@@ -729,3 +729,28 @@ def test_a_head_that_moved_before_the_backfill_keeps_both_changes(
     assert set(changes) == {first, second.sha}
     assert changes[first].old_version is None and not changes[first].backfilled
     assert changes[second.sha].old_version == changes[first].new_version
+
+
+def test_a_change_dated_in_the_future_counts_as_found_when_synced(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """The catalog's last template change (and its sort) took the commit's date as its author
+    set it: a commit dated 2099 stayed at the top."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from django.utils import timezone
+
+    upload(fake_hub, "acme/future", {"tokenizer_config.json": tc("{{ messages }}")})
+    sync("acme/future")
+    commit = fake_hub.store.add_commit("acme/future", {"tokenizer_config.json": tc("{{ x }}")})
+    repo = fake_hub.store.get("acme/future")
+    assert repo is not None
+    repo.commits[-1] = replace(commit, date=datetime(2099, 1, 1, tzinfo=UTC))
+    before = timezone.now()
+    sync("acme/future")
+    model = HubModel.objects.get(repo_id="acme/future")
+    change = model.changes.get(commit_sha=commit.sha)
+    assert change.committed_at is not None and change.committed_at.year == 2099  # as the Hub says
+    assert model.last_template_change_at is not None
+    assert before <= model.last_template_change_at <= timezone.now()

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import connection, models
 from django.db.models import F, Func, Q, Value
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast, Concat, Lower, Replace, StrIndex, Upper
+from django.db.models.functions import (
+    Cast,
+    Coalesce,
+    Concat,
+    Least,
+    Lower,
+    Replace,
+    StrIndex,
+    Upper,
+)
 from django.db.models.lookups import Exact, GreaterThan
 from django.utils import timezone
 
@@ -509,6 +519,15 @@ class TemplateChange(models.Model):
     def __str__(self) -> str:
         return f"{self.model.repo_id}@{self.commit_sha[:8]}"
 
+    @property
+    def dated(self) -> datetime:
+        """When the change happened, for ordering across models: its commit's date, but never
+        later than when a sync found it. A commit's date is whatever its author set: 50
+        changes dated 2099 held the whole feed of changes, and the top of the catalog by last
+        change. (`DATED` is the same in SQL.)"""
+        found = self.detected_at or timezone.now()
+        return min(self.committed_at, found) if self.committed_at else found
+
 
 class WatchKind(models.TextChoices):
     AUTHOR = "author", "Author or organisation"
@@ -605,3 +624,7 @@ class TokenizerFile(models.Model):
 
     def __str__(self) -> str:
         return f"tokenizer.json {self.sha[:12]} ({self.size:,} bytes)"
+
+
+#: `TemplateChange.dated` as an expression, to order changes by in the database.
+DATED = Least(Coalesce("committed_at", "detected_at"), "detected_at")
