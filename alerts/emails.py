@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from . import tokens
-from .models import Channel, Team
+from .models import Channel, TeamInvitation
 from .notifications import Notification, absolute
 
 
@@ -84,13 +84,15 @@ def signin_email(address: str, next_page: str | None = None) -> EmailMultiAltern
     )
 
 
-def invite_email(team: Team, address: str, inviter: Any) -> EmailMultiAlternatives:
-    """An invitation to `team`: a link its recipient accepts signed in with `address`."""
-    link = absolute(reverse("alerts:team_join", args=[tokens.invite_token(team, address, inviter)]))
+def invite_email(invitation: TeamInvitation) -> EmailMultiAlternatives:
+    """An invitation to a team: a link its recipient accepts signed in with its address."""
+    link = absolute(reverse("alerts:team_join", args=[tokens.invite_token(invitation)]))
+    inviter = invitation.invited_by
     who = inviter.email or inviter.get_username()
+    team = invitation.team.name
     return compose(
         "invite",
-        f"{who} invites you to {team.name} on CacheSafe alerts",
-        address,
-        {"link": link, "team": team.name, "inviter": who, "days": tokens.INVITE_MAX_AGE.days},
+        f"{who} invites you to {team} on CacheSafe alerts",
+        invitation.address,
+        {"link": link, "team": team, "inviter": who, "days": tokens.INVITE_MAX_AGE.days},
     )

@@ -50,6 +50,23 @@ class Team(models.Model):
         return self.name
 
 
+class TeamInvitation(models.Model):
+    """An invitation to a team, mailed as a link (alerts.tokens.invite_token) that only the
+    invited address can accept, once. Deleted when its sender leaves the team, and with the
+    team: so a sender back in the team brings no old invitation back."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    address = models.EmailField(max_length=254)
+    created_at = models.DateTimeField(default=timezone.now)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.address} to {self.team}"
+
+
 class ChannelKind(models.TextChoices):
     EMAIL = "email", "Email"
     WEBHOOK = "webhook", "Webhook (signed JSON)"

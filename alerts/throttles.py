@@ -7,13 +7,13 @@ Counted per client address, per signed-in user and per target address, in the sh
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import re
 
 from django.http import HttpRequest
 
 from registry.rate_limits import allow
+
+from .addresses import mailbox
 
 #: action: (requests, window in seconds), for each key separately.
 LIMITS: dict[str, tuple[int, int]] = {
@@ -43,16 +43,3 @@ def allowed(action: str, request: HttpRequest, *targets: str) -> bool:
     # Every key counts the attempt (a list first, so no key is skipped by a short-circuit).
     within = [allow(f"alerts:{action}:{key}", limit, window) for key in keys]
     return all(within)
-
-
-def mailbox(address: str) -> str:
-    """One spelling of the mailbox an address names, for counting what is sent to it: the
-    local part unquoted (`"victim"@…` and `victim@…` are one mailbox, RFC 5321) and the
-    domain in its ASCII form (`exämple.com` is `xn--exmple-cua.com`), both lower-cased. Each
-    spelling had a limit of its own."""
-    local, _, domain = address.strip().rpartition("@")
-    if len(local) >= 2 and local.startswith('"') and local.endswith('"'):
-        local = re.sub(r"\\(.)", r"\1", local[1:-1])  # a quoted pair is its character
-    with contextlib.suppress(UnicodeError):  # not a domain IDNA takes: counted as written
-        domain = domain.encode("idna").decode("ascii")
-    return f"{local}@{domain}".lower()

@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core import signing
 
+from .addresses import ascii_lower, mailbox
 from .models import Channel, ChannelKind
 
 CONFIRM_MAX_AGE = timedelta(days=3)
@@ -30,16 +31,6 @@ def _read(purpose: str, token: str, max_age: timedelta) -> Any:
         return _signer(purpose).unsign_object(token, max_age=max_age)
     except (signing.BadSignature, ValueError):  # SignatureExpired is a BadSignature
         return None
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def ascii_lower(address: str) -> str:
-    """`address` with its ASCII letters lower-cased, and only those. `str.lower` also maps
-    other letters to ASCII ones (U+212A KELVIN SIGN to "k"): a sign-in link mailed to
-    "\u212aim@example.com", another mailbox, signed in to kim@example.com's account."""
-    return address.translate(_ASCII_LOWER)
 
 
 def _address_digest(address: str) -> str:
@@ -125,32 +116,31 @@ def username_for(email: str) -> str:
 INVITE_MAX_AGE = timedelta(days=7)
 
 
-def invite_token(team: Any, address: str, inviter: Any) -> str:
-    """A link that lets the owner of `address` join `team`, made by a member (`inviter`)."""
-    return _signer("invite").sign_object(
-        {"t": team.pk, "a": _address_digest(address), "by": inviter.pk}
-    )
+def invite_token(invitation: Any) -> str:
+    """The link's token of a `TeamInvitation`: its id, signed (no address in a URL)."""
+    return _signer("invite").sign_object({"i": invitation.pk})
 
 
-def invitation(token: str) -> tuple[Any, str, Any] | None:
-    """(team, digest of the invited address, inviter) for a valid invitation, else None: the
-    team must still exist and the inviter still be in it (one who left takes the invitations
-    they sent along)."""
-    from .models import Team
+def invitation(token: str) -> Any:
+    """The `TeamInvitation` a valid link names, if it is still open: not accepted, not older
+    than `INVITE_MAX_AGE`, its sender still in the team (a sender who leaves takes the
+    invitations they sent along: they are deleted). Else None."""
+    from .models import TeamInvitation
 
     value = _read("invite", token, INVITE_MAX_AGE)
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or type(value.get("i")) is not int:
         return None
-    team_pk, digest, inviter_pk = value.get("t"), value.get("a"), value.get("by")
-    if not (isinstance(team_pk, int) and isinstance(inviter_pk, int) and isinstance(digest, str)):
+    found = (
+        TeamInvitation.objects.select_related("team", "invited_by")
+        .filter(pk=value["i"], accepted_at__isnull=True)
+        .first()
+    )
+    if found is None or not found.team.members.filter(pk=found.invited_by_id).exists():
         return None
-    team = Team.objects.filter(pk=team_pk).first()
-    inviter = team.members.filter(pk=inviter_pk).first() if team is not None else None
-    if team is None or inviter is None:
-        return None
-    return team, digest, inviter
+    return found
 
 
-def is_invited(user: Any, digest: str) -> bool:
-    """Whether the signed-in `user` owns the address an invitation was made for."""
-    return bool(user.email) and _address_digest(user.email) == digest
+def is_invited(user: Any, address: str) -> bool:
+    """Whether the signed-in `user` owns the mailbox an invitation was sent to, however the
+    address was spelled (a quoted local part, other ASCII case, a Unicode domain)."""
+    return bool(user.email) and mailbox(user.email) == mailbox(address)

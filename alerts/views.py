@@ -19,7 +19,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm
 from django.contrib.auth.views import redirect_to_login
 from django.core.mail import EmailMultiAlternatives
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -30,8 +30,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from . import delivery, emails, throttles, tokens
+from .addresses import mailbox
 from .forms import ChannelForm, MemberForm, SigninLinkForm, SubscriptionForm, TeamForm
-from .models import Channel, Subscription, Team
+from .models import Channel, Subscription, Team, TeamInvitation
 
 logger = logging.getLogger(__name__)
 
@@ -252,41 +253,58 @@ def team_add_member(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Give one email address to invite.")
         return redirect("alerts:settings")
     address = form.cleaned_data["email"]
-    if team.members.filter(email__iexact=address).exists():  # (its members are on this page)
+    members = team.members.exclude(email="").values_list("email", flat=True)
+    if mailbox(address) in {mailbox(m) for m in members}:  # (its members are on this page)
         messages.info(request, f"{address} is already in {team.name}.")
         return redirect("alerts:settings")
     if not throttles.allowed("invite_mail", request, address):
         return _limited(request, "Too many invitations; try again in an hour.")
-    if _mailed(request, emails.invite_email(team, address, user)):
+    invitation = TeamInvitation.objects.create(team=team, invited_by=user, address=address)
+    if _mailed(request, emails.invite_email(invitation)):
         days = tokens.INVITE_MAX_AGE.days
         messages.info(request, f"Invitation sent to {address}. They join {team.name} when they "
                                f"accept it, within {days} days.")  # fmt: skip
+    else:
+        invitation.delete()
     return redirect("alerts:settings")
 
 
 @require_http_methods(["GET", "POST"])
 def team_join(request: HttpRequest, token: str) -> HttpResponse:
-    """An invitation's link: GET asks, POST joins (a mail scanner joins nobody), and only
-    for the owner of the address invited, signed in; anyone else is sent to sign in first."""
-    found = tokens.invitation(token)
-    if found is None:
+    """An invitation's link: GET asks, POST joins (a mail scanner joins nobody), once, and
+    only for the owner of the address invited, signed in; anyone else is sent to sign in."""
+    invitation = tokens.invitation(token)
+    if invitation is None:
         return _bad_link(request)
-    team, digest, inviter = found
     user: Any = request.user
     if not user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    if not tokens.is_invited(user, digest):
+    if not tokens.is_invited(user, invitation.address):
         text = ("This invitation was sent to another address. Sign out, and sign in with the "
                 "address it was sent to.")  # fmt: skip
         return render(request, "alerts/message.html",
                       {"title": "Not your invitation", "text": text}, status=403)  # fmt: skip
+    team = invitation.team
     if request.method == "POST":
-        team.members.add(user)
+        try:
+            with transaction.atomic():
+                # The team's row, locked: its last member leaving deletes it (team_leave locks
+                # it too); a join racing that answered 500, or left a membership of nothing.
+                if not Team.objects.select_for_update().filter(pk=team.pk).exists():
+                    return _bad_link(request)
+                taken = TeamInvitation.objects.filter(
+                    pk=invitation.pk, accepted_at__isnull=True
+                ).update(accepted_at=timezone.now())
+                if not taken:  # accepted meanwhile, or its sender left: it works once
+                    return _bad_link(request)
+                team.members.add(user)
+        except IntegrityError:  # the team went as it was joined (SQLite locks no row)
+            return _bad_link(request)
         messages.info(request, f"You joined {team.name}.")
         return redirect("alerts:settings")
     member = team.members.filter(pk=user.pk).exists()
     return render(request, "alerts/team_join.html",
-                  {"team": team, "inviter": inviter, "member": member})  # fmt: skip
+                  {"team": team, "inviter": invitation.invited_by, "member": member})  # fmt: skip
 
 
 @login_required
@@ -295,12 +313,15 @@ def team_leave(request: HttpRequest, pk: int) -> HttpResponse:
     user: Any = request.user
     team = get_object_or_404(Team, pk=pk, members=user)
     with transaction.atomic():
+        Team.objects.select_for_update().filter(pk=team.pk).exists()  # (see team_join)
         team.members.remove(user)
         # What the leaver follows on the team's channels stops there: it kept sending to the
         # team, and its members saw it (`Subscription.objects.matching` also checks).
         Subscription.objects.filter(user=user, channel__team=team).delete()
-    if not team.members.exists():
-        team.delete()  # nobody left to own its channels
+        # And the invitations they sent: back in the team later, they bring none back.
+        TeamInvitation.objects.filter(team=team, invited_by=user).delete()
+        if not team.members.exists():
+            team.delete()  # nobody left to own its channels
     return redirect("alerts:settings")
 
 

@@ -56,7 +56,7 @@ def test_an_invitation_is_a_mail_and_joins_nobody_until_accepted(
     joined = client.post(link)
     assert joined.status_code == 302 and joined["Location"] == reverse("alerts:settings")
     assert set(team.members.all()) == {alice, bob}
-    assert client.post(link).status_code == 302  # once more: still one membership
+    assert client.post(link).status_code == 400  # it works once
     assert team.members.count() == 2
 
 
@@ -197,3 +197,79 @@ def test_the_sign_in_page_with_itself_as_next_sends_a_signed_in_reader_on(
     answer = client.get(login, {"next": login})
     assert answer.status_code == 302 and answer["Location"] == reverse("alerts:settings")
     assert client.get(login, {"next": "/probes/"})["Location"] == "/probes/"
+
+
+def test_an_invitation_works_once(client: Client, own_cache: Any) -> None:
+    """Accepted, left, then used again: the member was back for the rest of the week."""
+    alice, bob = make_user("alice"), make_user("bob")
+    team = team_of(client, alice)
+    invite(client, team, "bob@example.com")
+    link = join_link(mail.outbox[0])
+    client.force_login(bob)
+    assert client.post(link).status_code == 302
+    client.post(reverse("alerts:team_leave", args=[team.pk]))
+    assert client.post(link).status_code == 400
+    assert client.get(link).status_code == 400
+    assert not team.members.filter(pk=bob.pk).exists()
+
+
+def test_a_sender_back_in_the_team_brings_no_old_invitation_back(
+    client: Client, own_cache: Any
+) -> None:
+    alice, bob, dave = make_user("alice"), make_user("bob"), make_user("dave")
+    team = team_of(client, alice)
+    team.members.add(dave)
+    invite(client, team, "bob@example.com")
+    link = join_link(mail.outbox[0])
+    client.post(reverse("alerts:team_leave", args=[team.pk]))
+    client.force_login(dave)
+    invite(client, team, "alice@example.com")
+    client.force_login(alice)
+    assert client.post(join_link(mail.outbox[-1])).status_code == 302  # alice is back
+    client.force_login(bob)
+    assert client.post(link).status_code == 400
+    assert not team.members.filter(pk=bob.pk).exists()
+
+
+@pytest.mark.parametrize("spelling", ['"bob"@example.com', "BOB@example.com", "bob@b\u00fccher.de"])
+def test_the_invited_mailbox_accepts_however_the_address_was_spelled(
+    client: Client, own_cache: Any, spelling: str
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    alice = make_user("alice")
+    email = "bob@xn--bcher-kva.de" if "de" in spelling.rsplit(".", 1)[1] else "bob@example.com"
+    bob = get_user_model().objects.create_user(username=email, email=email)
+    team = team_of(client, alice)
+    invite(client, team, spelling)
+    client.force_login(bob)
+    assert client.post(join_link(mail.outbox[-1])).status_code == 302
+    assert team.members.filter(pk=bob.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_join_racing_the_last_member_leaving_is_a_bad_link(
+    own_cache: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The team was deleted between the link's check and the join: a 500 (a foreign key to a
+    team that was gone), or on PostgreSQL a membership of nothing."""
+    from alerts import views
+
+    alice, bob = make_user("alice"), make_user("bob")
+    theirs = Client()
+    team = team_of(theirs, alice)
+    invite(theirs, team, "bob@example.com")
+    link = join_link(mail.outbox[0])
+    checked = tokens.invitation
+
+    def checked_then_left(token: str) -> Any:
+        found = checked(token)
+        theirs.post(reverse("alerts:team_leave", args=[team.pk]))  # alice's request, meanwhile
+        return found
+
+    monkeypatch.setattr(views.tokens, "invitation", checked_then_left)
+    mine = Client(raise_request_exception=False)
+    mine.force_login(bob)
+    assert mine.post(link).status_code == 400
+    assert not Team.objects.exists()
+    assert not Team.members.through.objects.exists()
