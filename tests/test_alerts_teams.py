@@ -253,8 +253,6 @@ def test_a_join_racing_the_last_member_leaving_is_a_bad_link(
 ) -> None:
     """The team was deleted between the link's check and the join: a 500 (a foreign key to a
     team that was gone), or on PostgreSQL a membership of nothing."""
-    from alerts import views
-
     alice, bob = make_user("alice"), make_user("bob")
     theirs = Client()
     team = team_of(theirs, alice)
@@ -267,9 +265,34 @@ def test_a_join_racing_the_last_member_leaving_is_a_bad_link(
         theirs.post(reverse("alerts:team_leave", args=[team.pk]))  # alice's request, meanwhile
         return found
 
-    monkeypatch.setattr(views.tokens, "invitation", checked_then_left)
+    monkeypatch.setattr(tokens, "invitation", checked_then_left)
     mine = Client(raise_request_exception=False)
     mine.force_login(bob)
     assert mine.post(link).status_code == 400
     assert not Team.objects.exists()
     assert not Team.members.through.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "typed",
+    ["l" * 180 + "@example.com", ("l" * 180 + "@example.com").upper()[:-11] + "example.com"],
+)
+def test_an_account_signs_in_by_password_with_its_address_however_long_or_cased(
+    own_cache: Any, typed: str
+) -> None:
+    """The username of an address past 150 characters is shortened with a hash, which no page
+    shows; and a username is matched in its exact case: neither could sign in by password."""
+    address = "l" * 180 + "@example.com"
+    reader = Client()
+    reader.post(reverse("alerts:signin_request"), {"email": address})
+    assert reader.post(signin_link_in(mail.outbox[-1])).status_code == 302
+    password = "a long enough pass 42"
+    answer = reader.post(
+        reverse("alerts:password"), {"new_password1": password, "new_password2": password}
+    )
+    assert answer.status_code == 302
+    reader.post(reverse("alerts:logout"))
+    signed = reader.post(reverse("alerts:login"), {"username": typed, "password": password})
+    assert signed.status_code == 302
+    wrong = Client().post(reverse("alerts:login"), {"username": typed, "password": "nope"})
+    assert wrong.status_code == 200  # the form again, with its error

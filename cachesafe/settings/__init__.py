@@ -242,6 +242,11 @@ if ALERTS_ALLOW_LOOPBACK and not DEBUG:
 ALERTS_HTTP_TIMEOUT = env.integer("ALERTS_HTTP_TIMEOUT", 5, minimum=1, maximum=30)
 ALERTS_EVENT_MAX_AGE_HOURS = env.integer("ALERTS_EVENT_MAX_AGE_HOURS", 48, minimum=1)
 LOGIN_URL = "alerts:login"
+#: Django's own (by username), then by the address an account was made with (alerts.backends).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "alerts.backends.AddressBackend",
+]
 LOGIN_REDIRECT_URL = "alerts:settings"
 
 AUTH_PASSWORD_VALIDATORS = [
