@@ -76,10 +76,10 @@ def _visible(text: str) -> str:
     out = []
     position = 0
     for match in SPECIAL_TOKEN.finditer(text):
-        out.append(_whitespace(shown_controls(escape(text[position : match.start()]))))
+        out.append(shown_controls(_whitespace(escape(text[position : match.start()]))))
         out.append(f'<span class="tok">{escape(match.group())}</span>')
         position = match.end()
-    out.append(_whitespace(shown_controls(escape(text[position:]))))
+    out.append(shown_controls(_whitespace(escape(text[position:]))))
     return "".join(out)
 
 

@@ -579,3 +579,15 @@ def test_changes_dated_in_the_future_do_not_hold_the_feed(client: Client, catalo
     spam_dates = {e.findtext(f"{atom}updated") for e in entries[1:] if "spam-org" in (
         e.findtext(f"{atom}title") or "")}  # fmt: skip
     assert spam_dates and all(d and d < "2099" for d in spam_dates)
+
+
+def test_a_render_shows_controls_and_spaces_each_once() -> None:
+    """The controls' own markup must not be taken for text: shown after the spaces, their
+    span's space was made a visible dot, and the page's HTML broken."""
+    from dashboard.pairs import _visible
+
+    html = _visible("a \u202eb\t<|im_end|>")
+    assert html == (
+        'a<span class="ws">·</span><span class="ctl" title="U+202E">[U+202E]</span>b'
+        '<span class="ws">→</span><span class="tok">&lt;|im_end|&gt;</span>'
+    )
