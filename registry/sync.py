@@ -21,6 +21,7 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Max
 from django.utils import timezone
 
 from .derivatives import record_stale_fixes_after_syncs, refresh_drift_many
@@ -35,6 +36,7 @@ from .models import (
     TemplateSnapshot,
     TemplateVersion,
 )
+from .models.catalog import DATED
 from .repo_files import (
     CHAT_TEMPLATE_JINJA,
     CONFIG_JSON,
@@ -870,7 +872,8 @@ def record_history(
         values: dict[str, Any] = {"history_from": "", "history_complete": complete}
         if facts is not None:
             values |= facts_fields(facts)
-        latest = max((c.dated for c in model.changes.exclude(committed_at=None)), default=None)
+        dated = model.changes.exclude(committed_at=None).aggregate(latest=Max(DATED))
+        latest = dated["latest"]
         if latest is not None:
             values["last_template_change_at"] = latest
         changed = _assign(model, values)
