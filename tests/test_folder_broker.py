@@ -238,8 +238,12 @@ def test_messages_stay_oldest_first_when_the_millisecond_count_gains_a_digit(
     for stamp, text in [(99_998, "older"), (99_999, "old"), (100_000, "new")]:
         message["body"] = base64.b64encode(text.encode()).decode()
         (queue_dir / f"{stamp}_{uuid.uuid4()}.{hub}.msg").write_text(json.dumps(message))
+    # A name whose stamp is no number to `int` ("²" is a digit to `isdigit`) is listed first,
+    # then dropped as not a message; it must not stop the listing.
+    (queue_dir / f"\u00b2_{uuid.uuid4()}.{hub}.msg").write_text("not a message")
     channel, _ = counting_listings(consumer_conn, monkeypatch)
     assert [body(channel._get(hub)) for _ in range(3)] == ["older", "old", "new"]
+    assert not list(queue_dir.iterdir())
 
 
 def test_an_empty_queue_lists_the_folder_at_the_polling_interval_a_busy_one_sooner(

@@ -63,7 +63,8 @@ def sent_order(name: str) -> tuple[int, str]:
     """Oldest first: by the millisecond a name starts with, as a number. By name alone, a
     message sent as the count gained a digit ("100000_...") came before older ones ("99999_...")."""
     stamp = name.partition("_")[0]
-    return (int(stamp) if stamp.isdigit() else -1, name)
+    # ASCII digits only: "²" is a digit to `isdigit`, and `int` refuses it.
+    return (int(stamp) if stamp.isascii() and stamp.isdigit() else -1, name)
 
 
 class FolderChannel(filesystem.Channel):
