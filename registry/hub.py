@@ -57,6 +57,8 @@ MALFORMED_ANSWER = (ValueError, KeyError, TypeError, AttributeError)
 #: The longest wait a 429 may ask for that is taken as said (a day): a larger one is a broken
 #: header, and a countdown past the calendar's end fails Celery's retry.
 MAX_RETRY_AFTER = 86_400.0
+#: The `X-Error-Code` of a commit the repo no longer has (its history rewritten since).
+REVISION_GONE = "RevisionNotFound"
 #: A file's whole download may take this many times the per-read timeout (a minute by
 #: default): a Hub that sends a byte at a time, each within the timeout, is cut off.
 DOWNLOAD_TIMEOUTS = 3
@@ -66,12 +68,19 @@ class HubUnavailable(Exception):
     """The Hub did not answer usefully after our retries: try the whole repo again later."""
 
     def __init__(
-        self, message: str, retry_after: float | None = None, *, status: int | None = None
+        self,
+        message: str,
+        retry_after: float | None = None,
+        *,
+        status: int | None = None,
+        code: str = "",
     ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         #: The HTTP status of an error answer that is not retried (a 404 for a file, say).
         self.status = status
+        #: Its `X-Error-Code`, where the Hub gave one ("RevisionNotFound", …).
+        self.code = code
 
 
 def read_answer(what: str, read: Callable[[], T]) -> T:
@@ -237,15 +246,21 @@ class HubClient:
                 status = err.response.status_code if err.response is not None else None
                 if status == 429:
                     wait = self._retry_after(err.response) or self._backoff(attempt)
+                    # Everyone on this credential waits, not only us: a wait too long to sleep
+                    # through here too, or the other workers would go on asking meanwhile.
+                    self.bucket.block(wait)
                     if wait > self.max_wait:
                         raise HubUnavailable(f"{what}: rate limited for {wait:.0f}s", wait) from err
-                    self.bucket.block(wait)  # everyone on this credential waits, not only us
                     last = f"rate limited (429, retry after {wait:.0f}s)"
                 elif status in RETRY_STATUSES:
                     wait = self._backoff(attempt)
                     last = f"Hub error {status}"
                 else:
-                    raise HubUnavailable(f"{what}: Hub answered {status}", status=status) from err
+                    response = err.response
+                    code = response.headers.get("X-Error-Code", "") if response is not None else ""
+                    raise HubUnavailable(
+                        f"{what}: Hub answered {status}", status=status, code=code
+                    ) from err
             except TRANSIENT_ERRORS as err:
                 wait = self._backoff(attempt)
                 last = f"{type(err).__name__}: {err}"[:200]
@@ -260,9 +275,15 @@ class HubClient:
     def _retry_after(response: httpx2.Response | None) -> float | None:
         if response is None:
             return None
-        info = parse_ratelimit_headers(response.headers)
+        try:
+            info = parse_ratelimit_headers(response.headers)
+        except ValueError:  # a number of more digits than `int` reads
+            info = None
         if info is not None and info.remaining == 0:
-            return min(float(info.reset_in_seconds) + 1.0, MAX_RETRY_AFTER)
+            # Bounded as an integer first: `float` of a 400-digit reset overflows.
+            return min(
+                float(min(info.reset_in_seconds, int(MAX_RETRY_AFTER))) + 1.0, MAX_RETRY_AFTER
+            )
         value = (response.headers.get("Retry-After") or "").strip()
         if not (value.isascii() and value.isdigit()):  # ("²" is a digit to isdigit)
             return None
@@ -279,7 +300,12 @@ class HubClient:
         response = get_session().get(
             url, params=params, headers=build_hf_headers(token=self._auth), timeout=self.timeout
         )
-        hf_raise_for_status(response)
+        try:
+            hf_raise_for_status(response)
+        except ValueError as err:
+            # huggingface_hub reads a 429's `RateLimit` header into its message, and a number
+            # of more digits than `int` reads raises instead: the error answer it is, unread.
+            raise HfHubHTTPError(f"{response.status_code}: {err}", response=response) from err
         return response
 
     def _pages(self, what: str, url: str, params: dict[str, Any]) -> Iterator[list[Any]]:

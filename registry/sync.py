@@ -26,7 +26,15 @@ from django.utils import timezone
 
 from .derivatives import record_stale_fixes_after_syncs, refresh_drift_many
 from .gguf_files import gguf_facts, gguf_paths, read_embedded
-from .hub import CommitInfo, FileInfo, HubClient, HubUnavailable, RepoInfo, RepoUnavailable
+from .hub import (
+    REVISION_GONE,
+    CommitInfo,
+    FileInfo,
+    HubClient,
+    HubUnavailable,
+    RepoInfo,
+    RepoUnavailable,
+)
 from .models import (
     HubModel,
     ModelFormat,
@@ -298,7 +306,10 @@ class RegistrySync:
             head_date=info.last_modified,
             states=walk.states,
             files_signature={"commit": info.sha, "paths": walk.signature or {}},
-            incremental=reached_known,
+            # Compared with the current templates whenever a sync read some, also when the
+            # commit it read is not reached (more new commits than the window, or a history
+            # squashed or force-pushed since): else an unchanged template is a new "added".
+            incremental=bool(known),
             history_complete=None if reached_known else complete,
             broken_reason=broken,
             facts=facts,
@@ -366,6 +377,11 @@ class RegistrySync:
         except RepoUnavailable as gone:
             return record_unavailable(model.pk, gone.status, gone.reason, None)
         except HubUnavailable as err:
+            if err.code == REVISION_GONE and not window:
+                # The head the first sync read is gone (a history squashed or force-pushed
+                # since): there is no history before it to read, and asking again would fail
+                # at every run, ahead of the repos queued after it.
+                return record_history(model.pk, start, "", [], False, None)
             record_failure(model.pk, str(err))
             raise
         title = window[0].title if window else ""

@@ -165,3 +165,21 @@ def test_a_429_that_asks_for_centuries_waits_a_day(hub: Any) -> None:
     with pytest.raises(HubUnavailable, match="rate limited") as odd:
         client(endpoint).model_info("o/odd")
     assert odd.value.retry_after is None
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_a_429_whose_ratelimit_header_asks_for_centuries_waits_a_day(hub: Any, digits: int) -> None:
+    """The `RateLimit` header's reset, as absurd as `Retry-After` above. 400 digits overflowed
+    `float`; past 4,300 digits huggingface_hub's own reading of the header raised. Each was a
+    crash of the sync, with the credential not paused. A reset too long to read gives no wait:
+    the request is retried as after a 500."""
+    endpoint, answers, _ = hub
+    header = {"RateLimit": f'"api";r=0;t=1{"0" * digits}'}
+    answers["o/limited"] = lambda path: (429, header, [b"{}"], 0.0)
+    readable = digits < 4300
+    with pytest.raises(HubUnavailable, match="rate limit") as listed:
+        list(client(endpoint).iter_commits("o/limited", SHA))
+    assert listed.value.retry_after == (MAX_RETRY_AFTER if readable else None)
+    with pytest.raises(HubUnavailable) as raised:
+        client(endpoint).model_info("o/limited")
+    assert raised.value.retry_after == (MAX_RETRY_AFTER if readable else None)

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from registry import rate_limits
-from registry.hub import HubClient
+from registry.hub import HubClient, HubUnavailable
 from registry.models import HubModel
 from registry.sync import RegistrySync
 from tests.fakehub import FakeHub
@@ -229,3 +229,24 @@ def test_the_embedded_database_cache_counts_concurrent_requests_one_at_a_time(
     for thread in threads:
         thread.join()
     assert sorted(passed) == [False] * 7 + [True] * 5
+
+
+def test_a_429_too_long_to_wait_out_pauses_every_worker_too(
+    fake_hub: FakeHub, hub_settings: Any
+) -> None:
+    """A wait longer than a worker sleeps through (an hour) ends its request at once, and the
+    others on the credential must not go on asking meanwhile: before, only waits under two
+    minutes were shared."""
+    fake_hub.store.create_repo("acme/m")
+    fake_hub.store.add_commit(
+        "acme/m", {"tokenizer_config.json": tokenizer_config(b"x", None, None)}
+    )
+    fake_hub.inject("429", times=1, retry_after=3600)
+    clock = FakeClock()
+    with pytest.raises(HubUnavailable, match="rate limited for") as raised:
+        HubClient(sleep=lambda seconds: None, clock=clock).model_info("acme/m")
+    assert raised.value.retry_after == 3601.0
+    with pytest.raises(HubUnavailable, match="rate limit, retry in") as told:
+        HubClient(sleep=lambda seconds: None, clock=clock).model_info("acme/m")
+    assert told.value.retry_after == pytest.approx(3601.0)
+    assert [r.status for r in fake_hub.requests("acme/m")] == [429]  # the second never asked

@@ -26,7 +26,7 @@ from registry.models import (
 )
 from registry.pipeline import claim_template_changes
 from registry.signals import template_changed
-from registry.sync import RegistrySync, SyncResult
+from registry.sync import RegistrySync, SyncResult, backfill_histories
 from tests.fakehub import FakeHub, load_corpus
 from tests.fakehub.corpus import tokenizer_config, upload_files
 from tests.fakehub.fixtures import Sleeps, corpus_hub, fake_hub, hub_settings, sleeps
@@ -754,3 +754,79 @@ def test_a_change_dated_in_the_future_counts_as_found_when_synced(
     assert change.committed_at is not None and change.committed_at.year == 2099  # as the Hub says
     assert model.last_template_change_at is not None
     assert before <= model.last_template_change_at <= timezone.now()
+
+
+# --- histories that do not reach the commit a sync read -----------------------------------------
+
+
+def test_more_new_commits_than_the_window_announce_no_unchanged_template(
+    fake_hub: FakeHub, hub_settings: Any, sync: Callable[..., SyncResult], syncer: RegistrySync
+) -> None:
+    """A repo that pushed more commits than the history window since the last sync (a run of
+    checkpoints): the commit read last is not reached, and the oldest commit in the window was
+    compared with nothing, so an unchanged template was recorded and announced as "added"."""
+    hub_settings.REGISTRY_HISTORY_LIMIT = 5
+    upload(fake_hub, "org/busy", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/busy")
+    model = HubModel.objects.get(repo_id="org/busy")
+    claim_template_changes()
+    changes = TemplateChange.objects.filter(model=model).count()
+    events = ModelEvent.objects.filter(model=model, kind=EventKind.TEMPLATE_CHANGED).count()
+    for n in range(8):
+        fake_hub.store.add_commit("org/busy", {"README.md": f"checkpoint {n}"}, f"step {n}")
+    result = syncer.sync(HubModel.objects.get(pk=model.pk))
+    claim_template_changes()
+    assert result.changes == 0
+    assert TemplateChange.objects.filter(model=model).count() == changes
+    assert ModelEvent.objects.filter(model=model, kind=EventKind.TEMPLATE_CHANGED).count() == events
+    assert api("org/busy")["history_complete"] is False  # the gap is said, not hidden
+
+    # A template changed in the gap: one change, from the template the last sync read.
+    fake_hub.store.add_commit("org/busy", {"tokenizer_config.json": tc(TOOLS)}, "tools")
+    for n in range(8):
+        fake_hub.store.add_commit("org/busy", {"README.md": f"more {n}"}, f"more {n}")
+    assert syncer.sync(HubModel.objects.get(pk=model.pk)).changes == 1
+    [latest] = api("org/busy")["history"][:1]
+    assert latest["previous_sha256"] == sha(CHATML)
+    assert latest["template_sha256"] == sha(TOOLS)
+
+
+def test_a_squashed_history_announces_only_a_changed_template(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult], syncer: RegistrySync
+) -> None:
+    """`super_squash_history` replaces every commit with one: the commit read last is gone."""
+    upload(fake_hub, "org/squashed", {"tokenizer_config.json": tc(CHATML)})
+    sync("org/squashed")
+    model = HubModel.objects.get(repo_id="org/squashed")
+    changes = TemplateChange.objects.filter(model=model).count()
+    head = fake_hub.store.squash("org/squashed")
+    assert syncer.sync(HubModel.objects.get(pk=model.pk)).changes == 0
+    assert TemplateChange.objects.filter(model=model).count() == changes
+    assert api("org/squashed")["last_commit_sha"] == head.sha
+
+    fake_hub.store.add_commit("org/squashed", {"tokenizer_config.json": tc(TOOLS)}, "tools")
+    fake_hub.store.squash("org/squashed")
+    assert syncer.sync(HubModel.objects.get(pk=model.pk)).changes == 1
+    [latest] = api("org/squashed")["history"][:1]
+    assert (latest["previous_sha256"], latest["template_sha256"]) == (sha(CHATML), sha(TOOLS))
+
+
+def test_a_backfill_whose_start_was_squashed_away_gives_up_once(
+    fake_hub: FakeHub, hub_settings: Any, syncer: RegistrySync
+) -> None:
+    """The head a first sync read alone is gone before its backfill (a squashed history): the
+    backfill asked for it at every run, for ever, ahead of the repos queued after it."""
+    upload(fake_hub, "org/gone", {"tokenizer_config.json": tc(CHATML)})
+    model, _ = HubModel.objects.track("org/gone", via="track")
+    syncer.sync(model)
+    model.refresh_from_db()
+    assert model.history_from
+    fake_hub.store.squash("org/gone")
+    [result] = backfill_histories(100, client=syncer.client)
+    assert (result.outcome, result.changes) == ("updated", 0)
+    assert backfill_histories(100, client=syncer.client) == []  # nothing left waiting
+    model.refresh_from_db()
+    assert (model.history_from, model.history_complete) == ("", False)
+    assert (model.status, model.sync_error) == (ModelStatus.OK, "")
+    asked = [r.path for r in fake_hub.requests("org/gone") if "/commits/" in r.path]
+    assert len(asked) == 1  # once, not at every run

@@ -146,6 +146,15 @@ class RepoStore:
             repo.commits.append(commit)
             return commit
 
+    def squash(self, repo_id: str, title: str = "Super-squash branch 'main'") -> FakeCommit:
+        """`HfApi.super_squash_history`: one new commit holds the head's files, and every
+        commit before it is gone."""
+        with self.lock:
+            repo = self.repos[repo_id]
+            commit = FakeCommit(self._sha(repo_id, title), title, self._tick(), repo.head.files)
+            repo.commits[:] = [commit]
+            return commit
+
     def get(self, repo_id: str) -> FakeRepo | None:
         with self.lock:
             return self.repos.get(repo_id)
