@@ -48,7 +48,15 @@ from checks.reports import (
 )
 from checks.reuse import BLOCK, CACHE_CLASSES, HYBRID, HYBRID_CHECKPOINTS, TRIMMABLE
 from checks.sandbox import DEFAULT_CPU_SECONDS, cpu_budget
-from checks.setups import THINKING_CHOICES, THINKING_DEFAULT, Setup, reply_fate, setup_verdict
+from checks.setups import (
+    SETUP_PARTS,
+    THINKING_CHOICES,
+    THINKING_DEFAULT,
+    Setup,
+    is_chosen,
+    reply_fate,
+    setup_verdict,
+)
 from checks.sources import SourceError, decode_text, load_repository
 
 _REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
@@ -87,9 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     setup = parser.add_argument_group(
         "your setup", "judge (and gate with --fail-on) for your client, engine and setting"
     )
-    setup.add_argument("--client", choices=PROFILE_NAMES, default=TYPICAL.name)
-    setup.add_argument("--engine", choices=CACHE_CLASSES, default=TRIMMABLE)
-    setup.add_argument("--thinking", choices=THINKING_CHOICES, default=THINKING_DEFAULT)
+    # No defaults here: an option given, even with the typical value, chooses a setup (as
+    # ?thinking=default does on the site); one left out takes the typical value.
+    setup.add_argument("--client", choices=PROFILE_NAMES, help=f"default: {TYPICAL.name}")
+    setup.add_argument("--engine", choices=CACHE_CLASSES, help=f"default: {TRIMMABLE}")
+    setup.add_argument("--thinking", choices=THINKING_CHOICES, help=f"default: {THINKING_DEFAULT}")
     parser.add_argument("--version", action="version", version=f"checks {ENGINE_VERSION}")
     return parser
 
@@ -297,13 +307,14 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     # is written report by report as each is ready, while the other checks run.
     lines = args.json and not out.isatty()
     written: list[str] = [""] * len(items)
-    setup = Setup(args.client, args.engine, args.thinking)
+    options = {part: getattr(args, part) for part in SETUP_PARTS}
+    setup, setup_chosen = Setup.parse(options), is_chosen(options)
 
     def as_json(report: TemplateReport) -> dict[str, Any]:
         """The report, and with --client/--engine/--thinking the verdict for that setup (the
         API's `setup`; null when the report has none to give, an error)."""
         found = report.to_dict()
-        if not setup.is_headline:
+        if setup_chosen:
             chosen = setup_verdict(report, setup)
             found["setup"] = None if chosen is None else chosen.to_dict()
         return found
@@ -330,7 +341,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         out.write(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     else:
         print_table(reports, out)
-    if not setup.is_headline:
+    if setup_chosen:
         return _gate_on_setup(reports, setup, set(args.fail_on), out, quiet=args.json)
     failing = [r for r in reports if r.verdict in set(args.fail_on)]
     for report in failing:

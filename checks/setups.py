@@ -46,6 +46,18 @@ THINKING_WORDS = {
 }
 
 
+#: The parts of a setup, as the site's query string and the CLI's options name them.
+SETUP_PARTS = ("client", "engine", "thinking")
+
+
+def is_chosen(params: Any) -> bool:
+    """Whether `params` (a QueryDict, the CLI's options) choose a setup: any part given, even
+    with the headline's value. `?thinking=default` asks for the template's defaults alone; the
+    headline verdict counts every setting a caller meets. The catalog, the API, the model page,
+    the badge and the CLI all judge a chosen setup by its own verdict."""
+    return any(params.get(part) for part in SETUP_PARTS)
+
+
 class SetupError(ValueError):
     """A setup parameter with a value we do not know."""
 

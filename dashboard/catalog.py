@@ -404,6 +404,16 @@ def setup_verdict(path: tuple[str, str, str]) -> KeyTextTransform:
     return KeyTextTransform(engine, inner)
 
 
+def stored_setup_verdict(model: HubModel, setup: Setup) -> str | None:
+    """The verdict for `setup` a model's catalog row keeps (what the catalog lists for it, the
+    same path as `setup_verdict`), None where the row has none."""
+    row = getattr(model, "catalog_verdict", None)
+    found: Any = row.setups if row is not None else None
+    for part in (setup.thinking, setup.client, setup.engine):
+        found = found.get(part) if isinstance(found, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def listed(
     models: QuerySet[HubModel], sort: str, setup: tuple[str, str, str] | None
 ) -> QuerySet[HubModel]:

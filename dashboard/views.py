@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    HttpResponseRedirect,
+)
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_safe
 
@@ -14,13 +21,15 @@ from checks.clients import PROFILES
 from checks.reports import RequestPair
 from checks.reuse import CACHE_CLASS_LABELS, CACHE_CLASSES
 from checks.setups import (
-    THINKING_CHOICES as SETUP_THINKING,
-)
-from checks.setups import (
+    SETUP_PARTS,
     THINKING_WORDS,
     Setup,
     SetupError,
+    is_chosen,
     setup_verdict,
+)
+from checks.setups import (
+    THINKING_CHOICES as SETUP_THINKING,
 )
 from registry import derivatives
 from registry.models import (
@@ -49,6 +58,7 @@ from .catalog import (
     CappedPaginator,
     CatalogQuery,
     models_using,
+    stored_setup_verdict,
 )
 from .discovery import discovery_context
 from .htmx import HtmxHttpRequest
@@ -138,6 +148,13 @@ def page_url(request: HttpRequest, model: HubModel) -> str:
     return reverse("dashboard:model", args=[org, name])
 
 
+def setup_params(request: HttpRequest) -> str:
+    """The setup the reader gave (?client=&engine=&thinking=) as a query string, "" for none:
+    what a link or a poll from this page keeps, so that it answers for the same setup."""
+    given = {part: request.GET[part] for part in SETUP_PARTS if request.GET.get(part)}
+    return f"?{urlencode(given)}" if given else ""
+
+
 def probe_context(request: HttpRequest, model: HubModel) -> dict[str, Any]:
     run = latest_probe(model)
     probe = ProbeView.build(run) if run else None
@@ -176,6 +193,8 @@ def model_context(
         "setup_error": setup_error,
         "setup_verdict": chosen,
         "setup_choices": SETUP_CHOICES,
+        "setup_chosen": is_chosen(request.GET),
+        "setup_params": setup_params(request),
         "snapshot": snapshot,
         "check": check,
         "view": view,
@@ -292,7 +311,10 @@ def model_detail(
         )
         if len(full) != 1:
             raise Http404("No single commit of this model starts with that id.")
-        return redirect("dashboard:model_at", org, name, full[0], permanent=True)
+        # The reader's setup (?engine=…) goes along: the redirect is permanent, kept by browsers.
+        return HttpResponsePermanentRedirect(
+            reverse("dashboard:model_at", args=[org, name, full[0]]) + setup_params(request)
+        )
     if commit is not None:
         snapshot = get_object_or_404(
             model.snapshots.select_related("default_template"), commit_sha=commit
@@ -457,18 +479,26 @@ def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
         )
         refused["Cache-Control"] = "no-store"
         return refused
-    if setup.is_headline:
+    if not is_chosen(request.GET):
         model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
         verdict = model.verdict if model else None
     else:
-        # ?client=&engine=&thinking=: the verdict for the reader's setup, from the report.
-        model = HubModel.objects.filter(repo_id=f"{org}/{name}").first()
-        chosen = model_setup_verdict(model, setup) if model else None
-        verdict = (
-            (chosen.verdict or badges.NOT_APPLICABLE)
-            if chosen
-            else (model.verdict if model else None)
+        # ?client=&engine=&thinking= (any, even with the typical value, as the catalog and
+        # the API take it): the verdict for the reader's setup, from the report.
+        model = (
+            HubModel.objects.filter(repo_id=f"{org}/{name}")
+            .select_related("catalog_verdict")
+            .first()
         )
+        chosen = model_setup_verdict(model, setup) if model else None
+        if chosen is not None:
+            verdict = chosen.verdict or badges.NOT_APPLICABLE
+        elif model is None or model.current_snapshot_id is None:
+            verdict = model.verdict if model else None
+        else:
+            # A check under way (a re-check, a new engine): the setup's verdict the catalog
+            # lists meanwhile, not the headline, which counts every setting.
+            verdict = stored_setup_verdict(model, setup) or Verdict.PENDING
     svg = badges.render_badge(verdict)
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     # READMEs on the Hub go through an image proxy: a short max-age keeps it current.

@@ -14,8 +14,8 @@ from django.urls import resolve, reverse
 
 from dashboard import api
 from dashboard import catalog as catalog_module
-from registry.models import HubModel
-from tests.dashboard_data import PENDING_REPO, Catalog, build_catalog
+from registry.models import CatalogVerdict, CheckRun, CheckStatus, HubModel
+from tests.dashboard_data import PENDING_REPO, Catalog, add_model, build_catalog
 
 pytestmark = pytest.mark.django_db
 
@@ -211,6 +211,63 @@ def test_badge_takes_the_readers_setup(client: Client, catalog: Catalog) -> None
     bogus = client.get(f"/badge/{catalog.safe.repo_id}.svg", {"engine": "bogus"})
     assert bogus.status_code == 400 and bogus["Content-Type"].startswith("image/svg+xml")
     assert "prompt cache: unknown setup in the URL" in bogus.content.decode()
+
+
+#: Safe with the template's defaults and with enable_thinking=true; breaks with
+#: enable_thinking=false (the generation prompt writes an empty think block, history does not).
+THINK_OFF_BREAKS = (
+    "{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}\n"
+    "{%- if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and "
+    "enable_thinking is false %}<think></think>{% endif %}{% endif %}\n"
+)
+
+
+def badge_verdict(response: Any) -> str:
+    found: list[str] = re.findall(
+        r"<title>prompt cache: ([^<]*)</title>", response.content.decode()
+    )
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    "setup", [{"thinking": "default"}, {"client": "typical"}, {"engine": "trimmable"}]
+)
+def test_a_setup_given_with_the_typical_value_is_judged_alone_everywhere(
+    client: Client, setup: dict[str, str]
+) -> None:
+    """`?thinking=default` asks for the template's defaults alone: the catalog and the API
+    judged that setting, the badge the headline (every setting), and disagreed."""
+    model = add_model("org/think", THINK_OFF_BREAKS, commit="e" * 40)
+    assert HubModel.objects.get(pk=model.pk).verdict == "unsafe"  # the headline counts "off"
+    api_verdict = get_json(client, f"/api/models/{model.repo_id}?thinking=default")["setup"]
+    listed = client.get("/api/models", setup).json()["results"]
+    [row] = [r for r in listed if r["repo_id"] == model.repo_id]
+    assert api_verdict["verdict"] == row["setup_verdict"] == "safe"
+    assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg", setup)) == "safe"
+    assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg")) == "breaks"
+    page = client.get(f"/m/{model.repo_id}/", setup).content.decode()
+    assert "Your setup:" in page and "Verdict for the typical setup." not in page
+
+
+def test_a_setups_badge_during_a_recheck_is_the_catalogs_not_the_headline(
+    client: Client, settings: Any
+) -> None:
+    """While the model's check runs again, the badge for a setup showed the headline verdict
+    (here "breaks", for a setup that is safe); the catalog still listed the setup's own."""
+    settings.DASHBOARD_PAGE_CACHE_SECONDS = 0
+    model = add_model("org/think", THINK_OFF_BREAKS, commit="e" * 40)
+    on = {"thinking": "on"}
+    assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg", on)) == "safe"
+    snapshot = model.current_snapshot
+    assert snapshot is not None
+    CheckRun.objects.filter(template_version=snapshot.default_template).update(
+        status=CheckStatus.PENDING, progress=0
+    )
+    [row] = client.get("/api/models", on).json()["results"]
+    assert row["setup_verdict"] == "safe"
+    assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg", on)) == "safe"
+    CatalogVerdict.objects.filter(model=model).update(setups={})  # nothing kept: checking
+    assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg", on)) == "checking"
 
 
 def openapi_examples(catalog: Catalog) -> dict[str, str]:

@@ -591,3 +591,18 @@ def test_a_render_shows_controls_and_spaces_each_once() -> None:
         'a<span class="ws">·</span><span class="ctl" title="U+202E">[U+202E]</span>b'
         '<span class="ws">→</span><span class="tok">&lt;|im_end|&gt;</span>'
     )
+
+
+def test_links_and_polls_from_a_model_page_keep_the_readers_setup(
+    client: Client, catalog: Catalog
+) -> None:
+    """A short commit id's permanent redirect, and the check's poll and its "Show the full
+    results" link, dropped `?engine=hybrid`: the page they led to judged the typical setup."""
+    model = catalog.changed
+    short = model.last_commit_sha[:7]
+    moved = client.get(f"/m/{model.repo_id}/at/{short}/", {"engine": "hybrid"})
+    assert moved.status_code == 301
+    assert moved["Location"].endswith(f"/at/{model.last_commit_sha}/?engine=hybrid")
+    body = client.get(f"/m/{PENDING_REPO}/", {"engine": "hybrid"}).content.decode()
+    [poll] = re.findall(r'<div id="check-status" hx-get="([^"]*)"', body)
+    assert poll == f"/m/{PENDING_REPO}/?engine=hybrid"

@@ -426,3 +426,19 @@ def test_a_cache_dir_that_cannot_serve_is_a_usage_error_or_a_miss(tmp_path: Path
     again = run(str(path), "--cache-dir", str(cache))
     assert again.returncode == 0, again.stderr
     assert "Cache-safe" in again.stdout
+
+
+def test_thinking_given_with_the_default_value_gates_on_that_setting(tmp_path: Path) -> None:
+    """`--thinking default` asks for the template's defaults alone, as `?thinking=default` does
+    on the site; the CLI could not tell it from the option left out, and gated on every
+    setting (here enable_thinking=false, which breaks)."""
+    template = tmp_path / "chat_template.jinja"
+    template.write_text(
+        "{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}\n"
+        "{%- if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and "
+        "enable_thinking is false %}<think></think>{% endif %}{% endif %}\n"
+    )
+    assert run(str(template), "--fail-on", "unsafe").returncode == 1  # the headline
+    chosen = run(str(template), "--thinking", "default", "--fail-on", "unsafe")
+    assert chosen.returncode == 0, chosen.stderr
+    assert run(str(template), "--thinking", "off", "--fail-on", "unsafe").returncode == 1
