@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checks.options import ENGINE_VERSION, CheckOptions
-from checks.reports import TemplateReport, error_report
+from checks.reports import TemplateReport, checked_on_bytes, error_report
 from checks.results_cache import (
     DirectoryResultCache,
     MemoryResultCache,
@@ -98,6 +98,8 @@ class CheckInput:
     tokenizer_json: str | None = None
     source_error: str | None = None
     source_sha256: str = ""
+    #: Why the repository's own tokenizer.json was not used (the check runs on bytes only).
+    tokenizer_note: str = ""
 
 
 def as_input(
@@ -169,6 +171,8 @@ def _run(
         or any(n in t for n in source.placeholder_tokens for t in source.templates.values())
     ):
         report = replace(report, summary=f"{report.summary} {_placeholder_note(item.source)}")
+    if item.tokenizer_note and report.verdict != "error":
+        report = replace(report, summary=checked_on_bytes(report.summary, item.tokenizer_note))
     return report
 
 

@@ -18,6 +18,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -124,18 +125,65 @@ def _is_template_file(path: Path) -> bool:
     )
 
 
-def template_files(directory: Path) -> list[Path]:
-    """Templates and configs anywhere below a directory, hidden folders skipped, in path order."""
+def template_files(directory: Path, _walked: list[Path] | None = None) -> list[Path]:
+    """Templates and configs anywhere below a directory, hidden folders skipped, in path order.
+    A linked folder is followed once (`models/llama -> /data/llama`), unless it leads back
+    into a folder already walked (a link loop)."""
+    walked = _walked if _walked is not None else [directory.resolve()]
+    found: list[Path] = []
     try:
-        return sorted(
-            p
-            for p in directory.rglob("*")
-            if p.is_file()
-            and _is_template_file(p)
-            and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-        )
+        for p in directory.rglob("*"):
+            if any(part.startswith(".") for part in p.relative_to(directory).parts):
+                continue
+            if p.is_symlink() and p.is_dir():
+                target = p.resolve()
+                if not any(target.is_relative_to(w) or w.is_relative_to(target) for w in walked):
+                    walked.append(target)
+                    found += template_files(p, walked)
+            elif p.is_file() and _is_template_file(p):
+                found.append(p)
     except RecursionError:  # pathlib walks folders by recursion: about a thousand deep
         raise UsageError(f"{directory}: folders nested too deeply to walk") from None
+    return sorted(found)
+
+
+def _repository_input(path: Path, tokenizer_json: str | None) -> CheckInput:
+    """A model repository folder, checked as transformers reads it, with its own tokenizer.json
+    unless one was given. Its own tokenizer that cannot be read costs the token-level checks
+    (the summary says why), not the run, as an unparsable one does in the sandbox."""
+    tokenizer, note = tokenizer_json, ""
+    if tokenizer is None and (path / "tokenizer.json").is_file():
+        try:
+            tokenizer = decode_text((path / "tokenizer.json").read_bytes(), "tokenizer.json")
+        except (OSError, SourceError) as exc:
+            note = f"the tokenizer.json could not be read ({exc})"
+    try:
+        return CheckInput(load_repository(path), str(path), tokenizer, tokenizer_note=note)
+    except (SourceError, OSError) as exc:
+        return CheckInput(None, str(path), tokenizer, str(exc))
+
+
+def _directory_inputs(directory: Path, tokenizer_json: str | None) -> list[CheckInput]:
+    """Templates below a folder: a folder below it that is a model repository is checked as
+    one (transformers' precedence, its tokenizer.json), as it is when given itself."""
+    repositories: set[Path] = set()
+    loose: list[Path] = []
+    for file in template_files(directory):
+        below = file.relative_to(directory).parts[:-1]
+        folders = [directory.joinpath(*below[: n + 1]) for n in range(len(below))]
+        repository = next((f for f in folders if _is_repository(f)), None)
+        if repository is None:
+            loose.append(file)
+        else:
+            repositories.add(repository)
+    found = []
+    for path in repositories:
+        item = _repository_input(path, tokenizer_json)
+        if item.source is not None:  # named by the file that won, as a file of the folder is
+            item = replace(item, file=str(path / item.source.origin))
+        found.append((path, item))
+    found += [(p, _file_input(p, tokenizer_json)) for p in loose]
+    return [item for _, item in sorted(found, key=lambda pair: pair[0].parts)]
 
 
 def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[CheckInput]:
@@ -144,15 +192,9 @@ def collect_inputs(paths: Sequence[Path], tokenizer_json: str | None) -> list[Ch
     for path in paths:
         if path.is_dir():
             if _is_repository(path):
-                tokenizer = tokenizer_json
-                if tokenizer is None and (path / "tokenizer.json").is_file():
-                    tokenizer = _read_tokenizer(path / "tokenizer.json")
-                try:
-                    items.append(CheckInput(load_repository(path), str(path), tokenizer))
-                except (SourceError, OSError) as exc:
-                    items.append(CheckInput(None, str(path), tokenizer, str(exc)))
+                items.append(_repository_input(path, tokenizer_json))
                 continue
-            items += [_file_input(p, tokenizer_json) for p in template_files(path)]
+            items += _directory_inputs(path, tokenizer_json)
         elif path.is_file():
             items.append(_file_input(path, tokenizer_json))
         else:

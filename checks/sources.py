@@ -197,20 +197,25 @@ def read_text(path: Path) -> str:
 PLACEHOLDER_TOKENS = {"bos_token": "<|placeholder_bos|>", "eos_token": "<|placeholder_eos|>"}
 
 
-def tokens_beside(path: Path) -> dict[str, str]:
+def tokens_beside(path: Path) -> tuple[dict[str, str], set[str]]:
     """The special tokens of the tokenizer_config.json (or special_tokens_map.json) in the
-    template's folder; {} when there is none or it is unusable (the template still is)."""
+    template's folder, and the names it sets to null (Qwen's `"bos_token": null`: the model has
+    none, and transformers leaves it undefined); nothing when there is none or it is unusable
+    (the template still is)."""
     files = {}
     for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
         if (path.parent / name).is_file():
             with contextlib.suppress(OSError):
                 files[name] = (path.parent / name).read_bytes()
     tokens: dict[str, str] = {}
+    absent: set[str] = set()
     for name in (SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG):  # the config wins
         if name in files:
             with contextlib.suppress(SourceError):
-                tokens.update(special_tokens_from_config(_json_file(files, name)))
-    return tokens
+                config = _json_file(files, name)
+                tokens.update(special_tokens_from_config(config))
+                absent |= {t for t in SPECIAL_TOKEN_NAMES if t in config and config[t] is None}
+    return tokens, absent - tokens.keys()
 
 
 def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> TemplateSource:
@@ -227,8 +232,12 @@ def load_source(path: Path, special_tokens: dict[str, str] | None = None) -> Tem
         return source
     if special_tokens is not None:
         return source_from_template_text(text, path.name, special_tokens)
-    tokens = tokens_beside(path)
-    missing = {name: value for name, value in PLACEHOLDER_TOKENS.items() if name not in tokens}
+    tokens, absent = tokens_beside(path)
+    missing = {
+        name: value
+        for name, value in PLACEHOLDER_TOKENS.items()
+        if name not in tokens and name not in absent
+    }
     return TemplateSource(
         {"default": text},
         {**missing, **tokens},

@@ -442,3 +442,60 @@ def test_thinking_given_with_the_default_value_gates_on_that_setting(tmp_path: P
     chosen = run(str(template), "--thinking", "default", "--fail-on", "unsafe")
     assert chosen.returncode == 0, chosen.stderr
     assert run(str(template), "--thinking", "off", "--fail-on", "unsafe").returncode == 1
+
+
+def test_a_folder_of_repositories_checks_each_as_its_repository(tmp_path: Path) -> None:
+    """`models/` holding model folders in the layout transformers 5 saves (chat_template.jinja
+    beside a tokenizer_config.json that has no chat_template): the folder passes the gate
+    exactly when each repository does. And precedence holds inside it: a stale template left in
+    tokenizer_config.json is not the one transformers uses, so it must not fail the gate."""
+    for name in ("a", "b"):
+        repo = tmp_path / "models" / name
+        repo.mkdir(parents=True)
+        (repo / "chat_template.jinja").write_text(CHATML)
+        (repo / "tokenizer_config.json").write_text(
+            json.dumps({"bos_token": "<s>", "eos_token": "</s>"})
+        )
+    stale = tmp_path / "models" / "c"
+    stale.mkdir()
+    (stale / "chat_template.jinja").write_text(CHATML)
+    (stale / "tokenizer_config.json").write_text(json.dumps({"chat_template": MARKER}))
+    for folder in ("a", "b", "c"):
+        alone = run(str(tmp_path / "models" / folder), "--fail-on", "error", "--fail-on", "unsafe")
+        assert alone.returncode == 0, alone.stderr
+    gate = run(str(tmp_path / "models"), "--fail-on", "error", "--fail-on", "unsafe")
+    assert gate.returncode == 0, gate.stderr
+
+
+def test_a_repositorys_tokenizer_cut_mid_character_costs_only_the_token_checks(
+    tmp_path: Path,
+) -> None:
+    """A repository's own tokenizer.json that tokenizers cannot read costs the token-level
+    checks, not the verdict (sandbox_worker.job_encoder): so when it is cut short in the middle
+    of a UTF-8 character too, not a usage error that stops every other check of the run."""
+    good, cut = tmp_path / "good", tmp_path / "cut"
+    for repo in (good, cut):
+        repo.mkdir()
+        (repo / "chat_template.jinja").write_text(CHATML)
+    (cut / "tokenizer.json").write_bytes('{"version": "1.0", "model": {"vocab": {"Ġ'.encode()[:-1])
+    process = run(str(good), str(cut), "--json")
+    assert process.returncode == 0, process.stderr
+    reports = json.loads(process.stdout)["results"]
+    assert [r["verdict"] for r in reports] == ["safe", "safe"]
+    assert "Checked on bytes only" in reports[1]["summary"]
+
+
+def test_a_linked_repository_folder_is_checked_not_skipped(tmp_path: Path) -> None:
+    """`models/llama -> /data/llama`: the linked model is checked (a link loop still ends);
+    it was silently left out, and a gate over the folder passed without checking it."""
+    target = tmp_path / "data" / "llama"
+    target.mkdir(parents=True)
+    (target / "chat_template.jinja").write_text(MARKER)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "local.jinja").write_text(CHATML)
+    (models / "llama").symlink_to(target, target_is_directory=True)
+    (models / "loop").symlink_to(models, target_is_directory=True)
+    gate = run(str(models), "--fail-on", "unsafe", timeout=120)
+    assert gate.returncode == 1, gate.stdout
+    assert "Breaks the cache" in gate.stderr

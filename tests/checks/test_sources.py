@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from checks.sources import SourceError, find_templates, load_repository, load_source, sha256_text
+from tests.checks.conftest import CHATML
 
 CRLF_TEMPLATE = b"{% for m in messages %}{{ m.content }}\r\n{% endfor %}"
 
@@ -81,3 +82,18 @@ def test_one_hash_for_template_text_even_with_a_lone_surrogate() -> None:
     assert sha256_text(text) == hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     with pytest.raises(SourceError, match="lone surrogate"):
         find_templates({"tokenizer_config.json": json.dumps({"chat_template": text}).encode()})
+
+
+def test_a_config_beside_a_jinja_with_no_bos_token_gets_no_placeholder(tmp_path: Path) -> None:
+    """Qwen-style configs say `"bos_token": null`: transformers then leaves `bos_token`
+    undefined (renders ""), as the repository folder's own check does; the lone .jinja of that
+    folder renders `<|placeholder_bos|>` instead and says no config is beside it."""
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": None, "eos_token": "<|im_end|>"})
+    )
+    path = tmp_path / "chat_template.jinja"
+    path.write_text("{{ bos_token }}" + CHATML)
+    assert load_repository(tmp_path).special_tokens == {"eos_token": "<|im_end|>"}
+    source = load_source(path)
+    assert source.special_tokens == {"eos_token": "<|im_end|>"}
+    assert source.placeholder_tokens == ()
