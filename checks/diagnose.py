@@ -26,6 +26,7 @@ TOOLS_CHANGED = "tools_changed"
 HISTORY_EDITED = "history_edited"
 REASONING_DROPPED = "reasoning_dropped"
 HISTORY_TRUNCATED = "history_truncated"
+KWARGS_CHANGED = "kwargs_changed"
 TEMPLATE = "template"
 DIAGNOSIS_CAUSES = (
     NONE,
@@ -34,6 +35,7 @@ DIAGNOSIS_CAUSES = (
     HISTORY_EDITED,
     REASONING_DROPPED,
     HISTORY_TRUNCATED,
+    KWARGS_CHANGED,
     TEMPLATE,
 )
 #: Characters of each side shown around a difference.
@@ -177,6 +179,17 @@ def _openai_message(message: Any, n: int) -> Message:
     return out
 
 
+def _anthropic_block(block: dict[str, Any]) -> bool:
+    """A content block only Anthropic's API sends (OpenAI's parts are text, image_url, …;
+    Mistral's thinking chunks carry no signature)."""
+    kind = block.get("type")
+    return (
+        kind in ("tool_use", "tool_result", "redacted_thinking")
+        or (kind == "thinking" and "signature" in block)
+        or (kind in ("image", "document") and "source" in block)
+    )
+
+
 def parse_body(body: Any, where: str = "request") -> ClientRequest:
     """An OpenAI chat-completions or Anthropic messages request body, normalized."""
     if not isinstance(body, dict):
@@ -187,10 +200,7 @@ def parse_body(body: Any, where: str = "request") -> ClientRequest:
     anthropic = "system" in body or any(
         isinstance(m, dict)
         and isinstance(m.get("content"), list)
-        and any(
-            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
-            for b in m["content"]
-        )
+        and any(isinstance(b, dict) and _anthropic_block(b) for b in m["content"])
         for m in messages
     )
     raw_tools = body.get("tools")
@@ -303,7 +313,7 @@ def read_requests(paths: Iterable[Path]) -> list[ClientRequest]:
     requests: list[ClientRequest] = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise RequestError(f"cannot read {path}: {exc}") from None
         requests += parse_text(text, str(path))
@@ -346,12 +356,18 @@ def _field_text(message: Message, name: str) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _exact(value: Any) -> str:
+    """What a template's `tojson` sees: JSON with the client's key order (dict equality
+    ignores it, and tools or arguments sent again in another order are the client's change)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _without_reasoning(message: Message) -> Message:
     return {k: v for k, v in message.items() if k not in _REASONING_KEYS}
 
 
 def _edited(index: int, old: Message, new: Message, cause: str = HISTORY_EDITED) -> Change:
-    names = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    names = [k for k in dict.fromkeys([*old, *new]) if _exact(old.get(k)) != _exact(new.get(k))]
     name = names[0] if names else "content"
     a, b = _field_text(old, name), _field_text(new, name)
     at = _first_difference(a, b)
@@ -415,7 +431,7 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
     a, b = list(old.messages), list(new.messages)
     a_system = a[0] if a and a[0].get("role") in ("system", "developer") else None
     b_system = b[0] if b and b[0].get("role") in ("system", "developer") else None
-    if a_system != b_system:
+    if _exact(a_system) != _exact(b_system):
         if a_system is not None and b_system is not None:
             change = _edited(1, a_system, b_system, SYSTEM_CHANGED)
             return Change(
@@ -429,20 +445,21 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
             )
         what = "appeared" if a_system is None else "was removed"
         return Change(SYSTEM_CHANGED, 1, "content", 0, "", "", f"a system prompt {what}")
-    if (old.tools or None) != (new.tools or None):
+    if _exact(old.tools or None) != _exact(new.tools or None):
         return _tools_change(old.tools, new.tools)
     offset = 1 if a_system is not None else 0
+    a_keys, b_keys = [_exact(m) for m in a], [_exact(m) for m in b]
     for i in range(offset, len(a)):
         if i >= len(b):
             return _truncated(
                 i, f"request k+1 has {len(b)} messages, fewer than the {len(a)} request k sent"
             )
-        if a[i] == b[i]:
+        if a_keys[i] == b_keys[i]:
             continue
         # Messages removed here: what request k had at i comes back later, or request k+1 jumps
         # ahead to a later message of request k.
-        if a[i] in b[i + 1 :] or b[i] in a[i + 1 :]:
-            gone = next((j for j in range(i, len(a)) if a[j] == b[i]), None)
+        if a_keys[i] in b_keys[i + 1 :] or b_keys[i] in a_keys[i + 1 :]:
+            gone = next((j for j in range(i, len(a)) if a_keys[j] == b_keys[i]), None)
             removed = (gone - i) if gone is not None else None
             said = (
                 f"{removed} earlier message{'s' if removed != 1 else ''}"
@@ -450,13 +467,15 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
                 else "earlier messages"
             )
             return _truncated(i, f"{said} removed from message {i + 1} on")
-        if a[i].get("role") != b[i].get("role") and a[i] not in b:
+        if a[i].get("role") != b[i].get("role") and a_keys[i] not in b_keys:
             # Not an edit (an edit keeps the role): gone, and a message request k never had
             # (the reply to it, say) takes its place.
             return _truncated(
                 i, f"{a[i].get('role', '?')} message {i + 1} was removed from request k+1"
             )
-        if a[i].get("role") == "assistant" and _without_reasoning(a[i]) == _without_reasoning(b[i]):
+        if a[i].get("role") == "assistant" and _exact(_without_reasoning(a[i])) == _exact(
+            _without_reasoning(b[i])
+        ):
             dropped = any(a[i].get(k) and not b[i].get(k) for k in _REASONING_KEYS)
             if dropped:
                 key = next(k for k in _REASONING_KEYS if a[i].get(k))
@@ -470,6 +489,23 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
                     f"assistant message {i + 1} lost its reasoning",
                 )
         return _edited(i + 1, a[i], b[i])
+    if _exact(old.kwargs) != _exact(new.kwargs):
+        names = [
+            k
+            for k in dict.fromkeys([*old.kwargs, *new.kwargs])
+            if _exact(old.kwargs.get(k)) != _exact(new.kwargs.get(k))
+        ]
+        name = names[0] if names else "chat_template_kwargs"
+        a_text, b_text = _field_text(old.kwargs, name), _field_text(new.kwargs, name)
+        return Change(
+            KWARGS_CHANGED,
+            None,
+            f"chat_template_kwargs.{name}",
+            None,
+            a_text[:EXCERPT],
+            b_text[:EXCERPT],
+            f"chat_template_kwargs {name} changed",
+        )
     return None
 
 
@@ -488,6 +524,8 @@ HINTS = {
     "writing it (the model's page says which).",
     HISTORY_TRUNCATED: "Earlier messages were removed (context trimming): everything after the cut "
     "is read again. Trim rarely and in large steps, or summarize at a fixed point.",
+    KWARGS_CHANGED: "The chat_template_kwargs change between requests: send the same ones "
+    "every time (a setting the template reads changes what it writes, and the prompt with it).",
     TEMPLATE: "The messages agree, but the template writes them differently once a turn is "
     "added: pick a setting or a model whose template is cache-safe (see its CacheSafe page).",
 }
@@ -559,18 +597,22 @@ def diagnose_pair(
     shows_at = len(after)
     if change is not None:
         cleaned = ClientRequest(
-            old.messages + _appended(old.messages, new.messages), old.tools, new.kwargs, new.format
+            old.messages + _appended(old.messages, new.messages),
+            old.tools,
+            old.kwargs if change.cause == KWARGS_CHANGED else new.kwargs,
+            new.format,
         )
         try:
             shows_at = _first_difference(after, render(cleaned, True))
         except Exception:  # noqa: BLE001 - the template refuses the cleaned request: keep the client's
             shows_at = 0
+    d_bytes = len(after[:d].encode("utf-8", "surrogatepass"))  # "byte N" on the page and table
     if change is not None and shows_at <= d:
         where = {
             "message": change.message,
             "field": change.field,
             "offset": change.offset,
-            "render_offset": d,
+            "render_offset": d_bytes,
             "before": _visible(change.before),
             "after": _visible(change.after),
         }
@@ -590,7 +632,7 @@ def diagnose_pair(
         "message": None,
         "field": "render",
         "offset": d,
-        "render_offset": d,
+        "render_offset": d_bytes,
         "template_line": line,
         "before": _visible(_excerpt(before, d)),
         "after": _visible(_excerpt(after, d)),
@@ -634,7 +676,9 @@ def diagnose_renders(
     numbers = {id(request): n for n, request in enumerate(requests, start=1)}
 
     def render(request: ClientRequest, add_generation_prompt: bool) -> str:
-        key = (json.dumps(request.to_dict(), sort_keys=True, default=str), add_generation_prompt)
+        # Key order kept: a template's tojson writes it (sorted, a re-serialized request was
+        # given the render of the one it was sorted like).
+        key = (json.dumps(request.to_dict(), default=str), add_generation_prompt)
         if key not in memo:
             try:
                 memo[key] = render_text(

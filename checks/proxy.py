@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, BinaryIO
+from urllib.parse import urlsplit
 
 from checks.diagnose import (
     HINTS,
@@ -56,6 +57,8 @@ HOP_BY_HOP = {
 #: Bytes of an answer kept to read its usage (streams put it in the last events).
 ANSWER_TAIL = 256 * 1024
 MAX_BODY = 32 * 1024 * 1024
+#: Conversations followed at once: the least recently continued one is let go beyond this.
+MAX_CONVERSATIONS = 1000
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Recorder:
         self.tokenizer_json = tokenizer_json
         self.pool = pool
         self.conversations: list[Conversation] = []
+        self.opened = 0
         self.lock = threading.Lock()
 
     def place(self, request: ClientRequest) -> tuple[Conversation, ClientRequest | None]:
@@ -102,9 +106,14 @@ class Recorder:
                 if (leading >= 1 or overlap >= 2) and score >= score_best:
                     best, score_best = conversation, score
             if best is None:
-                best = Conversation(len(self.conversations) + 1, request)
+                self.opened += 1
+                best = Conversation(self.opened, request)
                 self.conversations.append(best)
+                if len(self.conversations) > MAX_CONVERSATIONS:
+                    del self.conversations[0]  # the least recently continued
                 return best, None
+            self.conversations.remove(best)
+            self.conversations.append(best)
             previous = best.last
             best.last, best.seen = request, best.seen + 1
             return best, previous
@@ -186,6 +195,9 @@ def cache_figures(answer: bytes) -> dict[str, int | None]:
         if not isinstance(event, dict):
             continue
         usage = event.get("usage") or {}
+        message = event.get("message")
+        if not usage and isinstance(message, dict):  # Anthropic's stream: in message_start
+            usage = message.get("usage") or {}
         if isinstance(usage, dict):
             details = usage.get("prompt_tokens_details") or {}
             if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
@@ -339,13 +351,25 @@ def make_handler(
                 ) as answer:
                     # The upstream's own Server and Date headers go on: not a second pair.
                     self.send_response_only(answer.status_code)
-                    for key, value in answer.headers.items():
+                    # As bytes: a value past Latin-1 (UTF-8) goes on as sent, and a repeated
+                    # header (Set-Cookie) stays repeated.
+                    for raw_key, raw_value in answer.headers.raw:
+                        key = raw_key.decode("latin-1")
                         if key.lower() not in HOP_BY_HOP:
-                            self.send_header(key, value)
-                    self.send_header("Transfer-Encoding", "chunked")
+                            self.send_header(key, raw_value.decode("latin-1"))
+                    # HEAD, 1xx, 204 and 304 answers have no body: no chunked framing either.
+                    bodiless = (
+                        self.command == "HEAD"
+                        or answer.status_code in (204, 304)
+                        or (answer.status_code < 200)
+                    )
+                    if not bodiless:
+                        self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     answered = True
                     for chunk in answer.iter_raw():
+                        if bodiless:
+                            continue
                         if not chunk:
                             continue
                         if first_byte is None:
@@ -355,7 +379,8 @@ def make_handler(
                         tail.extend(chunk)
                         if len(tail) > ANSWER_TAIL:
                             del tail[: len(tail) - ANSWER_TAIL]
-                    self.wfile.write(b"0\r\n\r\n")
+                    if not bodiless:
+                        self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                     status = answer.status_code
             except (httpx2.InvalidURL, UnicodeEncodeError, ValueError) as exc:
@@ -382,13 +407,13 @@ def make_handler(
                     self._fail(504 if isinstance(exc, httpx2.ReadTimeout) else 502, said)
                 backlog.put((self.path, said))
                 return
-            if self.command == "POST" and self.path.rstrip("/").endswith(
+            if self.command == "POST" and urlsplit(self.path).path.rstrip("/").endswith(
                 ("/chat/completions", "/messages")
             ):
                 ttft = None if first_byte is None else (first_byte - started) * 1000
                 backlog.put((self.path, body, bytes(tail), status, ttft))
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _relay  # noqa: N815
 
     return Handler
 

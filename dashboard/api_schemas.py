@@ -321,7 +321,7 @@ class DiagnosedPair(Strict):
     prompt_reuse: float = Field(description="share of the next prompt a prefix cache keeps")
     cause: str = Field(
         description="none, system_changed, tools_changed, history_edited, reasoning_dropped, "
-        "history_truncated or template"
+        "history_truncated, kwargs_changed or template"
     )
     where: dict[str, Any] = Field(description="message, field, offset, before, after (visible)")
     hint: str

@@ -3,6 +3,7 @@ for it, the earlier of a client's and a template's change, and bad input."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from checks import (
 from checks.diagnose import client_change
 from checks.sandbox import SandboxError
 from tests.checks.test_cli import run
-from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
+from tests.diagnose_cases import CASES, MARKER, PLAIN, TOOLS, conversation
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +242,134 @@ def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
     _, log2 = write_case(tmp_path, PLAIN, conversation())
     stopped = run("diagnose", str(log2), "--template", str(hostile), "--cpu-seconds", "1")
     assert stopped.returncode == 2 and "CPU budget" in stopped.stderr
+
+
+def test_tools_sent_again_with_another_key_order_are_the_clients_change(pool: SandboxPool) -> None:
+    """docs/diagnose.md: tools_changed covers tools "re-serialized with other key order"."""
+    bodies = conversation(2)
+    bodies[1]["tools"] = [{"function": t["function"], "type": t["type"]} for t in TOOLS]
+    requests = parse_text("\n".join(json.dumps(b) for b in bodies), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": PLAIN}), requests, pool=pool)
+    assert pair["cause"] == "tools_changed", pair
+
+
+#: Writes each tool call's arguments as JSON, as most templates do (`tojson`).
+ARGS_JSON = (
+    "{%- for m in messages -%}<{{ m.role }}>{{ m.content }}"
+    "{%- for call in m.tool_calls or [] %}[{{ call.function.arguments | tojson }}]{%- endfor %}"
+    "</s>{%- endfor -%}{%- if add_generation_prompt %}<assistant>{% endif -%}"
+)
+
+
+def test_tool_input_sent_back_with_another_key_order_is_a_history_edit(pool: SandboxPool) -> None:
+    first: dict[str, Any] = {
+        "system": "S",
+        "messages": [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1, "b": 2}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}],
+            },
+        ],
+    }
+    second = copy.deepcopy(first)
+    second["messages"][1]["content"][0]["input"] = {"b": 2, "a": 1}  # the client re-serialized it
+    second["messages"] += [
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "more"},
+    ]
+    requests = parse_text(json.dumps([first, second]), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": ARGS_JSON}), requests, pool=pool)
+    assert pair["cause"] == "history_edited", pair
+
+
+def test_chat_template_kwargs_changed_by_the_client_is_not_the_templates_fault(
+    pool: SandboxPool,
+) -> None:
+    template = (
+        "{%- if enable_thinking is defined and not enable_thinking %}/no_think{% endif -%}\n"
+        + PLAIN
+    )
+    bodies = conversation(2)
+    bodies[0]["chat_template_kwargs"] = {"enable_thinking": True}
+    bodies[1]["chat_template_kwargs"] = {"enable_thinking": False}
+    requests = parse_text("\n".join(json.dumps(b) for b in bodies), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": template}), requests, pool=pool)
+    assert pair["cause"] == "kwargs_changed", pair
+    assert pair["where"]["field"] == "chat_template_kwargs.enable_thinking", pair
+
+
+def test_the_template_causes_byte_offset_counts_bytes(pool: SandboxPool, tmp_path: Path) -> None:
+    """The page and the table say "template line N, byte {render_offset}"."""
+    bodies = conversation(2)
+    for body in bodies:
+        body["messages"][0]["content"] = "你好世界" * 10  # 3 bytes a character in UTF-8
+    requests = parse_text("\n".join(json.dumps(b) for b in bodies), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": MARKER}), requests, pool=pool)
+    assert pair["cause"] == "template"
+    # `reused` is the bytes of request 2 before the divergence: the same place.
+    assert pair["where"]["render_offset"] == pair["reused"], pair
+
+
+def test_an_anthropic_body_without_a_system_prompt_has_its_thinking_read(
+    pool: SandboxPool,
+) -> None:
+    """Anthropic thinking blocks become reasoning_content (docs/diagnose.md), also in a body
+    that has no "system" and no tool blocks: dropping them is reasoning_dropped."""
+    user = {"role": "user", "content": "q1"}
+    thought = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "t1", "signature": "sig"},
+            {"type": "text", "text": "a1"},
+        ],
+    }
+    first = {
+        "model": "claude",
+        "max_tokens": 100,
+        "messages": [user, thought, {"role": "user", "content": "q2"}],
+    }
+    second = {
+        "model": "claude",
+        "max_tokens": 100,
+        "messages": [
+            user,
+            {"role": "assistant", "content": [{"type": "text", "text": "a1"}]},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": [{"type": "text", "text": "a2"}]},
+            {"role": "user", "content": "q3"},
+        ],
+    }
+    requests = parse_text(json.dumps([first, second]), "log")
+    assert requests[0].messages[1].get("reasoning_content") == "t1", requests[0].messages[1]
+    (pair,) = diagnose_requests(TemplateSource({"default": PLAIN}), requests, pool=pool)
+    assert pair["cause"] == "reasoning_dropped", pair
+
+
+def test_a_requests_file_with_a_utf8_bom_is_read(tmp_path: Path) -> None:
+    template = tmp_path / "chat_template.jinja"
+    template.write_text(PLAIN)
+    log = tmp_path / "requests.jsonl"
+    text = "".join(json.dumps(b) + "\n" for b in conversation(2))
+    log.write_bytes(b"\xef\xbb\xbf" + text.encode())  # as Windows editors and PowerShell save it
+    process = run("diagnose", str(log), "--template", str(template), "--json")
+    assert process.returncode == 0, process.stderr
+
+
+def test_a_request_sent_again_with_tools_in_another_key_order_is_not_a_full_hit(
+    pool: SandboxPool,
+) -> None:
+    """The renders differ from byte 10 on; each request must get its own render (the
+    renders were memoized by JSON with sorted keys, so request 2 got request 1's)."""
+    (first,) = conversation(1)
+    again = copy.deepcopy(first)
+    again["tools"] = [{"function": t["function"], "type": t["type"]} for t in TOOLS]
+    requests = parse_text(json.dumps([first, again]), "log")
+    (pair,) = diagnose_requests(TemplateSource({"default": PLAIN}), requests, pool=pool)
+    assert pair["cause"] == "tools_changed" and pair["prompt_reuse"] < 0.5, pair

@@ -20,7 +20,8 @@ import httpx2
 import pytest
 
 from checks import SandboxPool, TemplateSource
-from checks.proxy import drain, serve
+from checks.diagnose import parse_body
+from checks.proxy import MAX_CONVERSATIONS, Recorder, cache_figures, drain, serve
 from tests.diagnose_cases import PLAIN, conversation
 
 STUB_ANSWER = {
@@ -547,3 +548,162 @@ def test_an_upstream_that_never_answers_is_a_504_after_the_upstream_timeout(
     assert answer.status_code == 504
     assert "sent nothing for 0.5 s" in answer.json()["error"]["message"]
     assert f"upstream {upstream} sent nothing for 0.5 s (--upstream-timeout)" in out.getvalue()
+
+
+class Upstream(BaseHTTPRequestHandler):
+    """A server with more than chat: 204s, HEAD, CORS preflights, a UTF-8 header."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+    def _read(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _json(self, data: bytes, extra: bytes = b"") -> None:
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + extra
+            + b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+        )
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._json(b'{"object": "list", "data": []}')
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "30")
+        self.end_headers()
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        self.send_response(204)
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.end_headers()
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._read()
+        self.send_response(204)
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._read()
+        extra = b"X-Model: \xe6\xa8\xa1\xe5\x9e\x8b\r\n" if "utf8" in self.path else b""
+        self._json(b'{"choices": [], "usage": {"prompt_tokens": 5}}', extra)
+
+
+@pytest.fixture
+def proxied() -> Iterator[tuple[str, io.StringIO, ThreadingHTTPServer]]:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    out = io.StringIO()
+    proxy = serve(f"http://127.0.0.1:{upstream.server_address[1]}", ("127.0.0.1", 0), out=out)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{proxy.server_address[1]}", out, proxy
+    proxy.shutdown()
+    proxy.server_close()
+    upstream.shutdown()
+    upstream.server_close()
+
+
+def test_a_204_answer_leaves_the_kept_alive_connection_usable(proxied: Any) -> None:
+    base, _, _ = proxied
+    with httpx2.Client() as client:
+        assert client.delete(base + "/v1/files/x").status_code == 204
+        # The same kept-alive connection: the 204 must not have been given a chunked body.
+        assert client.get(base + "/v1/models").json() == {"object": "list", "data": []}
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS"])
+def test_head_and_options_pass_through(proxied: Any, method: str) -> None:
+    """ "Every request passes through unchanged": a browser client's CORS preflight too."""
+    base, _, _ = proxied
+    with httpx2.Client() as client:
+        answer = client.request(method, base + "/v1/chat/completions")
+    assert answer.status_code != 501, answer.text[:200]
+
+
+def test_an_upstream_header_in_utf8_is_relayed_not_turned_into_a_400(proxied: Any) -> None:
+    base, out, proxy = proxied
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    with socket.create_connection(proxy.server_address[:2], timeout=5) as sock:
+        sock.sendall(
+            b"POST /utf8/v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    assert raw.count(b"HTTP/1.1 ") == 1, raw.decode("latin-1")
+    assert raw.startswith(b"HTTP/1.1 200"), raw.decode("latin-1")
+
+
+def test_a_chat_request_with_a_query_string_is_diagnosed(proxied: Any) -> None:
+    """Azure OpenAI clients add ?api-version=… to every chat request."""
+    base, out, proxy = proxied
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    with httpx2.Client() as client:
+        client.post(base + "/v1/chat/completions?api-version=2024-10-21", json=body)
+    drain(proxy)
+    assert "[conversation 1 request 1] first" in out.getvalue(), out.getvalue()
+
+
+def test_an_anthropic_streams_cached_tokens_are_read() -> None:
+    """Anthropic streams give the usage, cache_read_input_tokens included, in message_start."""
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "usage": {
+                        "input_tokens": 25,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 1800,
+                        "output_tokens": 1,
+                    },
+                },
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hi"},
+            },
+        ),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 15},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    stream = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    assert cache_figures(stream.encode())["cached_tokens"] == 1800
+
+
+def test_the_recorder_does_not_grow_with_unrelated_requests() -> None:
+    """docs: "the proxy does not grow with the traffic it relays". One-shot requests (titles,
+    summaries, a batch job) each open a conversation that is never let go."""
+    recorder = Recorder(None, None, None)
+    first = [{"role": "user", "content": "the conversation that goes on"}]
+    kept, _ = recorder.place(parse_body({"messages": first}))
+    for n in range(3000):
+        recorder.place(parse_body({"messages": [{"role": "user", "content": f"summarize {n}"}]}))
+        if n % 500 == 0:  # continued now and then: it is the most recent, and stays
+            first += [{"role": "assistant", "content": f"a{n}"}, {"role": "user", "content": "q"}]
+            again, previous = recorder.place(parse_body({"messages": first}))
+            assert again is kept and previous is not None
+    assert len(recorder.conversations) == MAX_CONVERSATIONS
+    assert kept in recorder.conversations
+    newest, _ = recorder.place(parse_body({"messages": [{"role": "user", "content": "new"}]}))
+    assert newest.number == 3002  # numbered in order, whatever was let go
