@@ -347,10 +347,7 @@ def catalog_query(filters: s.CatalogFilters) -> CatalogQuery:
 
 def tracked(repo_id: str) -> HubModel:
     """The tracked model `repo_id` (exact, else case-insensitive), or a 404."""
-    model = (
-        HubModel.objects.filter(repo_id=repo_id).first()
-        or HubModel.objects.filter(repo_id__iexact=repo_id).first()
-    )
+    model = HubModel.objects.named(repo_id)
     if model is None:
         raise ApiError(404, f"{repo_id} is not tracked")
     return model

@@ -108,7 +108,7 @@ class AuthorChanges(_ChangeFeed):
 
 class ModelChanges(_ChangeFeed):
     def get_object(self, request: HttpRequest, org: str, name: str) -> HubModel:
-        model = HubModel.objects.filter(repo_id=f"{org}/{name}").first()
+        model = HubModel.objects.named(f"{org}/{name}")
         if model is None:
             raise Http404("model not tracked")
         return model

@@ -107,11 +107,9 @@ def catalog(request: HtmxHttpRequest) -> HttpResponse:
 
 def _model_or_404(request: HttpRequest, org: str, name: str) -> HubModel:
     repo_id = f"{org}/{name}"
-    model = (
-        HubModel.objects.select_related("current_snapshot__default_template", "catalog_verdict")
-        .filter(repo_id=repo_id)
-        .first()
-    )
+    model = HubModel.objects.select_related(
+        "current_snapshot__default_template", "catalog_verdict"
+    ).named(repo_id)
     if model is None:
         raise UnknownModel(repo_id)
     return model
@@ -292,6 +290,14 @@ def model_detail(
         model = _model_or_404(request, org, name)
     except UnknownModel as exc:
         return _unknown_model(request, exc.repo_id)
+    if model.repo_id != f"{org}/{name}":
+        # The repo id in other letters (the Hub's ids are case-insensitive): its one address,
+        # so that links and the page cache agree, with the rest of the URL kept.
+        org, name = model.repo_id.split("/", 1)
+        page = reverse("dashboard:model_at", args=[org, name, commit]) if commit else None
+        page = page or reverse("dashboard:model", args=[org, name])
+        query = request.META.get("QUERY_STRING", "")
+        return HttpResponsePermanentRedirect(f"{page}?{query}" if query else page)
     target = request.htmx.target if request.htmx else None
     if target == "probe-status":
         # Polled every few seconds while a probe waits: only the probe, not the whole report.
@@ -480,16 +486,12 @@ def badge(request: HttpRequest, org: str, name: str) -> HttpResponse:
         refused["Cache-Control"] = "no-store"
         return refused
     if not is_chosen(request.GET):
-        model = HubModel.objects.filter(repo_id=f"{org}/{name}").only("verdict", "repo_id").first()
+        model = HubModel.objects.only("verdict", "repo_id").named(f"{org}/{name}")
         verdict = model.verdict if model else None
     else:
         # ?client=&engine=&thinking= (any, even with the typical value, as the catalog and
         # the API take it): the verdict for the reader's setup, from the report.
-        model = (
-            HubModel.objects.filter(repo_id=f"{org}/{name}")
-            .select_related("catalog_verdict")
-            .first()
-        )
+        model = HubModel.objects.select_related("catalog_verdict").named(f"{org}/{name}")
         chosen = model_setup_verdict(model, setup) if model else None
         if chosen is not None:
             verdict = chosen.verdict or badges.NOT_APPLICABLE

@@ -39,7 +39,7 @@ def handle(payload: dict[str, Any]) -> Outcome:
     if repo.get("type", "model") != "model" or scope.startswith("discussion"):
         return Outcome(ignored="not a change to a model repo")
     repo_id = validate_repo_id(str(repo.get("name", "")))
-    model = HubModel.objects.filter(repo_id=repo_id).first()
+    model = HubModel.objects.named(repo_id)  # tracked in the letters a reader typed, maybe
     if model is None:
         if not Watch.objects.covers_author(repo_id.split("/", 1)[0]):
             return Outcome(ignored=f"{repo_id} is not tracked")

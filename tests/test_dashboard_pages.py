@@ -606,3 +606,21 @@ def test_links_and_polls_from_a_model_page_keep_the_readers_setup(
     body = client.get(f"/m/{PENDING_REPO}/", {"engine": "hybrid"}).content.decode()
     [poll] = re.findall(r'<div id="check-status" hx-get="([^"]*)"', body)
     assert poll == f"/m/{PENDING_REPO}/?engine=hybrid"
+
+
+def test_a_model_in_other_letters_has_one_address(client: Client, catalog: Catalog) -> None:
+    """The Hub's ids are case-insensitive, and the API found a model in any case; its page,
+    badge and feed answered 404, the page offering to track what is tracked."""
+    model = catalog.changed
+    other = model.repo_id.upper()
+    page = client.get(f"/m/{other}/", {"engine": "hybrid"})
+    assert page.status_code == 301
+    assert page["Location"] == f"/m/{model.repo_id}/?engine=hybrid"
+    pinned = client.get(f"/m/{other}/at/{model.last_commit_sha}/")
+    assert pinned["Location"] == f"/m/{model.repo_id}/at/{model.last_commit_sha}/"
+    badge = client.get(f"/badge/{other}.svg").content
+    assert badge == client.get(f"/badge/{model.repo_id}.svg").content
+    assert b"not tracked" not in badge
+    assert client.get(f"/m/{other}/changes.atom").status_code == 200
+    assert client.get("/api/models/" + other).json()["repo_id"] == model.repo_id
+    assert client.get("/m/nobody/none/").status_code == 404

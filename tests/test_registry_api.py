@@ -359,6 +359,22 @@ def test_webhook_checks_the_secret_before_reading_the_body(
     assert error_of(response, 403)["code"] == "forbidden"
 
 
+def test_webhook_for_a_repo_tracked_in_other_letters_syncs_it(
+    client: Client, hub_settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A reader tracked "qwen/qwen3-8b"; the Hub's webhook names "Qwen/Qwen3-8B": the change was
+    ignored as "not tracked", and the page waited for the next scheduled sync."""
+    hub_settings.HF_WEBHOOK_SECRET = "s3cret"
+    HubModel.objects.track("qwen/qwen3-8b", via="form")
+    with django_capture_on_commit_callbacks() as callbacks:
+        answer = post_hook(
+            client, {**HOOK, "repo": {"type": "model", "name": "Qwen/Qwen3-8B"}}, "s3cret"
+        )
+    assert (answer.status_code, answer.json()) == (202, {"queued": "qwen/qwen3-8b"})
+    assert len(queued_syncs(callbacks)) == 1
+    assert HubModel.objects.count() == 1
+
+
 def test_track_form_shows_and_tracks(
     client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -182,6 +182,14 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
             repo_id=repo_id, defaults={"author": repo_id.split("/", 1)[0], "tracked_via": via}
         )
 
+    def named(self, repo_id: str) -> HubModel | None:
+        """The tracked model `repo_id`, exact, else in other letters (the Hub's ids are
+        case-insensitive, and `track` keeps one row whatever the case); None if untracked."""
+        return (
+            self.filter(repo_id=repo_id).first()
+            or self.filter(repo_id__iexact=repo_id).order_by("id").first()
+        )
+
     def stalest(self) -> HubModelQuerySet:
         """Tracked Hub repos, the ones synced longest ago (or never) first."""
         return (
