@@ -363,8 +363,14 @@ def make_handler(
                         or answer.status_code in (204, 304)
                         or (answer.status_code < 200)
                     )
-                    if not bodiless:
+                    # An HTTP/1.0 client reads no chunked framing: its body is the bytes up to
+                    # the connection's close.
+                    chunked = not bodiless and self.request_version != "HTTP/1.0"
+                    if chunked:
                         self.send_header("Transfer-Encoding", "chunked")
+                    elif not bodiless:
+                        self.send_header("Connection", "close")
+                        self.close_connection = True
                     self.end_headers()
                     answered = True
                     for chunk in answer.iter_raw():
@@ -374,12 +380,16 @@ def make_handler(
                             continue
                         if first_byte is None:
                             first_byte = time.perf_counter()
-                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        if chunked:
+                            chunk_framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+                            self.wfile.write(chunk_framed)
+                        else:
+                            self.wfile.write(chunk)
                         self.wfile.flush()
                         tail.extend(chunk)
                         if len(tail) > ANSWER_TAIL:
                             del tail[: len(tail) - ANSWER_TAIL]
-                    if not bodiless:
+                    if chunked:
                         self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                     status = answer.status_code

@@ -707,3 +707,17 @@ def test_the_recorder_does_not_grow_with_unrelated_requests() -> None:
     assert kept in recorder.conversations
     newest, _ = recorder.place(parse_body({"messages": [{"role": "user", "content": "new"}]}))
     assert newest.number == 3002  # numbered in order, whatever was let go
+
+
+def test_an_http_1_0_client_gets_the_body_unframed(proxied: Any) -> None:
+    """An HTTP/1.0 client (ApacheBench, some load balancers' health checks) reads no chunked
+    framing: it got the chunk sizes in its body."""
+    _, _, proxy = proxied
+    with socket.create_connection(proxy.server_address[:2], timeout=5) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(65536):  # the proxy closes the connection at the end
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower(), head
+    assert json.loads(body) == {"object": "list", "data": []}
