@@ -961,6 +961,11 @@ def record_unavailable(
     model.last_synced_at = timezone.now()
     with transaction.atomic():
         model.save(update_fields=[*changed, "last_synced_at"])
+        # As after any sync: its card may name another base now (model info stays public for
+        # a gated repo), and derivatives that name it have a tracked base now, if a first one.
+        if drifted := refresh_drift_many([model]):
+            catalog_changed.send(sender=HubModel, model_ids=[model.pk, *drifted])
+            record_stale_fixes_after_syncs([model], drifted)
         if old != status:
             status_changed.send(
                 sender=HubModel, model_pk=model.pk, old=old, new=status, reason=reason

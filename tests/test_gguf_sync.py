@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from registry.hub import HubClient
 from registry.models import HubModel, ModelStatus, TemplateChange, TemplateVersion
@@ -357,3 +358,45 @@ def test_an_architecture_the_catalog_cannot_store_is_left_out(
     model = HubModel.objects.get(repo_id="s/surrogate-GGUF")
     assert (result.status, model.sync_error) == (ModelStatus.OK, "")
     assert model.model_type == "qwen3"  # the file's own, as the Hub's could not be taken
+
+
+# --- drift kept by a sync that finds a repo unavailable ------------------------------------------
+
+
+def test_a_gated_derivatives_new_base_model_refreshes_its_drift(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """A gated repo's model info stays public: the sync keeps its card's new `base_model`, but
+    kept the drift against the old base, so the catalog and the API said "same" while the
+    model page said it differs from every version of the new base."""
+    base = "Qwen/Qwen3-8B"
+    upload(fake_hub, base, {"tokenizer_config.json": tc(OLD)})
+    upload(fake_hub, "other/base", {"tokenizer_config.json": tc(NEW)})
+    upload(fake_hub, "mlx-community/x", {"tokenizer_config.json": tc(OLD)}, base_model=base)
+    for repo in (base, "other/base", "mlx-community/x"):
+        sync(repo)
+    assert HubModel.objects.get(repo_id="mlx-community/x").drift == "same"
+    fake_hub.store.set("mlx-community/x", base_model="other/base", gated="manual")
+    fake_hub.store.add_commit("mlx-community/x", {"README.md": "card"}, "card")
+    sync("mlx-community/x")
+    model = HubModel.objects.get(repo_id="mlx-community/x")
+    assert (model.status, model.base_model) == ("gated", "other/base")
+    page = Client().get("/m/mlx-community/x/").content.decode()
+    assert "differs from every version of other/base" in page
+    assert model.drift == "edited"
+
+
+def test_a_base_tracked_but_unreadable_makes_its_derivatives_drift_unknown(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """The base's first sync found it gated: a derivative that names it has a tracked base it
+    cannot be compared with yet ("unknown", as its page says), not none ("")."""
+    base = "Qwen/Qwen3-8B"
+    upload(fake_hub, "bartowski/q-GGUF", {"m.gguf": gguf(OLD)}, base_model=base)
+    upload(fake_hub, base, {"tokenizer_config.json": tc(OLD)}, gated="manual")
+    sync("bartowski/q-GGUF")
+    assert HubModel.objects.get(repo_id="bartowski/q-GGUF").drift == ""  # no tracked base yet
+    sync(base)
+    page = Client().get("/m/bartowski/q-GGUF/").content.decode()
+    assert f"cannot compare its chat template with {base}" in page
+    assert HubModel.objects.get(repo_id="bartowski/q-GGUF").drift == "unknown"
