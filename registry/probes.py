@@ -8,6 +8,7 @@ sessions, so a page can put the template's prediction beside the engine's measur
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from checks.conversations import SESSIONS, TOOLS
-from probe.limits import PROBE_SOFT_LIMIT
+from probe.limits import PROBE_HARD_LIMIT, PROBE_SOFT_LIMIT
 
 from .jobs import enqueue_on_commit
 from .models import (
@@ -85,8 +86,26 @@ def request_probe_once(model: HubModel) -> ProbeRun:
         return waiting or request_probe(model)
 
 
+#: A probe running longer than this gets no report: its worker died or nothing stopped it.
+STALE_AFTER = timedelta(seconds=PROBE_HARD_LIMIT + 600)
+
+
+def expire_stale_probes() -> int:
+    """Fail the probes that have been running for longer than any probe can: they would wait
+    for ever and hold the queue's places. A report that still comes is stored (store_report)."""
+    now = timezone.now()
+    return ProbeRun.objects.filter(
+        state=ProbeState.RUNNING, started_at__lt=now - STALE_AFTER
+    ).update(
+        state=ProbeState.ERROR,
+        error="no report from the Mac worker: it stopped or the probe never ended",
+        finished_at=now,
+    )
+
+
 def request_due_probes(limit: int = MAX_WAITING) -> int:
     """Queue probes for the most downloaded models not yet probed at their current commit."""
+    expire_stale_probes()
     room = limit - ProbeRun.objects.waiting().count()
     if room <= 0:
         return 0
@@ -100,8 +119,16 @@ def request_due_probes(limit: int = MAX_WAITING) -> int:
         .filter(probed=False)
         .order_by("-downloads", "pk")[:room]
     )
+    queued = 0
     with transaction.atomic():
-        return len([request_probe(model) for model in due])
+        for model in due:
+            # As request_probe_once: the model's row locked, then asked again what waits, so a
+            # staff member's probe queued meanwhile is not queued twice.
+            HubModel.objects.select_for_update().filter(pk=model.pk).first()
+            if not ProbeRun.objects.waiting().filter(model=model).exists():
+                request_probe(model)
+                queued += 1
+    return queued
 
 
 def overall(report: dict[str, Any]) -> tuple[str, float | None, bool]:
@@ -137,8 +164,8 @@ def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
         if run is None:
             logger.info("probe %s is gone; dropping its report", run_id)
             return None
-        if run.state in (ProbeState.DONE, ProbeState.ERROR):
-            return run
+        if run.state == ProbeState.DONE or (run.state == ProbeState.ERROR and run.report):
+            return run  # a redelivery; a late report of an expired probe is still stored
         if not isinstance(report, dict):
             report = {"status": "error", "error": "the report is not an object", "sent": report}
         try:  # read as sent (NaN is no share), stored as a JSON column holds it
@@ -152,6 +179,18 @@ def store_report(run_id: int, report: dict[str, Any]) -> ProbeRun | None:
             verdict, lowest, disagreement = "", None, False
             report = {**report, "status": "error", "error": f"the report is not usable: {bad}"}
         ok = report.get("status") == "ok"
+        if ok and not verdict:  # every result failed or was skipped: nothing was measured
+            ok = False
+            errors = [
+                str(r.get("error"))
+                for r in report.get("results") or []
+                if isinstance(r, dict) and r.get("error")
+            ]
+            report = {
+                **report,
+                "status": "error",
+                "error": "the probe measured nothing" + (f": {errors[0]}" if errors else ""),
+            }
         run.state = ProbeState.DONE if ok else ProbeState.ERROR
         run.verdict = verdict
         run.reused_share = lowest

@@ -312,7 +312,7 @@ def probe_started(run_id: int, worker: str) -> None:
 
 @shared_task(
     name="workers.store_probe_report", acks_late=True, bind=True,
-    max_retries=10, default_retry_delay=30,
+    autoretry_for=(OperationalError, InterfaceError), max_retries=10, default_retry_delay=30,
 )  # fmt: skip
 def store_probe_report(self: Task[Any, Any], run_id: int, report: dict[str, Any]) -> str:
     run = store_report(run_id, report)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -55,3 +56,25 @@ def test_the_mac_worker_is_reported_but_does_not_fail_health(client: Client) -> 
 
 def test_healthz_refuses_post(client: Client) -> None:
     assert client.post("/healthz").status_code == 405
+
+
+@pytest.mark.django_db
+def test_healthz_answers_503_not_500_when_a_table_is_missing() -> None:
+    """Before `migrate` ran (or the database lost the table): a clear status, not a 500."""
+    WorkerHeartbeat.beat("main@test", ["checks", "default", "hub", "notify"], {"pid": 1})
+    BeatTick.record()
+
+    class Rollback(Exception):
+        pass
+
+    try:
+        with transaction.atomic():  # a savepoint: the table comes back after the request
+            with connection.cursor() as cursor:
+                cursor.execute("DROP TABLE workers_workerheartbeat CASCADE")
+            response = Client(raise_request_exception=False).get("/healthz")
+            raise Rollback
+    except Rollback:
+        pass
+    # Before: 500, Django's HTML error page (ProgrammingError).
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"

@@ -111,7 +111,16 @@ def service_status() -> ServiceStatus:
     if not database.ok:
         unknown = Component(False, "unknown: the database is unreachable")
         return ServiceStatus(database, broker, unknown, unknown, unknown)
+    try:
+        return _processes(database, broker)
+    except DatabaseError as exc:  # a missing table (not migrated), or the database just went
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        database = Component(False, f"database error: {first}")
+        unknown = Component(False, "unknown: the database could not be read")
+        return ServiceStatus(database, broker, unknown, unknown, unknown)
 
+
+def _processes(database: Component, broker: Component) -> ServiceStatus:
     beats = list(WorkerHeartbeat.objects.all())
     main = [hb for hb in beats if not hb.is_probe_worker]
     probes = [hb for hb in beats if hb.is_probe_worker]
