@@ -125,9 +125,12 @@ def _reply_check(pair: PairInput) -> tuple[str, str, int] | None:
     continuation = pair.next_prompt[len(pair.prompt) :]
     reasoning = pair.reply.get("reasoning_content") or ""
     content = pair.reply.get("content") or ""
+    # A call is written back in the reply's own turn (as long as the template writes that turn
+    # when it is the last, `emitted`), not anywhere later: a tool result often names its tool.
+    own_turn = continuation[: len(pair.emitted)] if pair.emitted else continuation
     for call in (pair.reply.get("tool_calls") or []) if pair.check_tool_calls else []:
         name = call.get("function", {}).get("name", "")
-        if name and name not in continuation:
+        if name and name not in own_turn:
             return "fail", f"the tool call to {name} is not written back into history", 0
     start = 0
     if pair.model_reasons and reasoning:

@@ -267,3 +267,33 @@ def test_token_seam_is_checked_on_a_pair_that_only_warns() -> None:
     divergence = result.divergence
     assert divergence is not None and divergence.token_index is not None
     assert report.verdict == UNSAFE
+
+
+# Tool calls are written only for content None (sessions send content ""), so never; the tool
+# result line prints the tool's name, which is the only place the name then appears.
+DROPPED_CALL_NAMED_RESULT = """{%- for m in messages %}
+{%- if m.role == 'tool' %}<|im_start|>tool name={{ m.name }}
+{{ m.content }}<|im_end|>
+{% elif m.role == 'assistant' and m.content is none and m.tool_calls %}<|im_start|>assistant
+{% for tc in m.tool_calls %}<tool_call>{{ tc.function.name }}</tool_call>{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def test_dropped_tool_call_is_not_masked_by_the_tool_results_name() -> None:
+    """The name of a call history never writes appeared later, in the tool result's line, and
+    the pair passed: safe on a hybrid model, the reply said to carry over."""
+    report = run_check(
+        TemplateSource({"default": DROPPED_CALL_NAMED_RESULT}), TemplateCache(CheckEnvironment())
+    )
+    (variant,) = report.variants
+    (session,) = [s for s in variant.sessions if s.session == "tool_round"]
+    first = session.pairs[0]
+    assert first.status == "reply", first
+    assert first.cause == ASSISTANT_OUTPUT
+    assert "tool call to" in first.detail
+    typical = variant.clients[0]
+    assert typical.reply_reused is False
+    assert typical.engines["hybrid"] == UNSAFE
