@@ -266,8 +266,16 @@ def check_templates(
 
     with ThreadPoolExecutor(max_workers=pool.size) as executor:
         futures = {executor.submit(run, i): i for i in order}
-        for future, i in futures.items():
-            reports[i] = future.result()
+        try:
+            for future, i in futures.items():
+                reports[i] = future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C: the jobs not started are dropped and the workers stopped, so that the
+            # threads waiting on them return now, not once their render's CPU budget is spent.
+            for future in futures:
+                future.cancel()
+            pool.close()
+            raise
     return [report for report in reports if report is not None]
 
 

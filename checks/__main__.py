@@ -22,8 +22,8 @@ def run(argv: list[str]) -> int:
 
 
 def exit_code(argv: list[str]) -> int:
-    """`run`, and a reader who stops reading (`| head`) ends it quietly, as other tools do:
-    Python's default would print a BrokenPipeError traceback."""
+    """`run`, and a reader who stops reading (`| head`) or presses Ctrl-C ends it quietly, as
+    other tools do: Python's default would print a traceback."""
     for stream in (sys.stdout, sys.stderr):
         # A lone surrogate (a template can write one, a request can escape one) is written
         # escaped: strict UTF-8 ended the run with a traceback after every check had run.
@@ -33,6 +33,11 @@ def exit_code(argv: list[str]) -> int:
     try:
         code = run(argv)
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, and the shell's code for SIGINT (128 + 2), not a traceback. The
+        # sandbox workers are stopped on the way out (the pool is closed in a `finally`).
+        sys.stderr.write("python -m checks: interrupted\n")
+        return 130
     except BrokenPipeError:
         # stdout is gone: point it at nothing so the interpreter's own final flush is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

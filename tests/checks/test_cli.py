@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,18 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         env=env,
         cwd=REPO,
+    )
+
+
+def started(*args: str, **options: Any) -> subprocess.Popen[bytes]:
+    """`python -m checks` started, its output piped, for a test that acts while it runs."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "checks", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        **options,
     )
 
 
@@ -309,13 +323,7 @@ def test_a_reader_who_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
     longer than a pipe holds, so the writer is still writing when the reader goes."""
     for n in range(300):
         (tmp_path / f"t{n:03d}.jinja").write_text(REASONING_ON_LAST)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "checks", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    process = started(str(tmp_path))
     assert process.stdout is not None and process.stderr is not None
     process.stdout.readline()
     process.stdout.close()  # as `head` does once it has its lines
@@ -499,3 +507,21 @@ def test_a_linked_repository_folder_is_checked_not_skipped(tmp_path: Path) -> No
     gate = run(str(models), "--fail-on", "unsafe", timeout=120)
     assert gate.returncode == 1, gate.stdout
     assert "Breaks the cache" in gate.stderr
+
+
+def test_ctrl_c_ends_the_run_with_one_line(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) printed a KeyboardInterrupt traceback
+    and exited -2, after the renders under way had finished; a shell expects 130, and a reader
+    one line, now."""
+    slow = "{% for i in range(100000) %}{% for j in range(10) %}{% endfor %}{% endfor %}"
+    for n in range(4):  # about 20 s of renders on two cores: interrupted long before the end
+        (tmp_path / f"t{n}.jinja").write_text(f"{slow}{{# {n} #}}{CHATML}")
+    # A process group of its own, as a terminal's job is.
+    process = started(str(tmp_path), start_new_session=True)
+    time.sleep(2)
+    os.killpg(process.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    out, err = (stream.decode() for stream in process.communicate(timeout=60))
+    assert (process.returncode, err, out) == (130, "python -m checks: interrupted\n", "")
+    # At once: before, the run waited for the renders under way to spend their CPU budget (10 s).
+    assert time.monotonic() - interrupted < 5
