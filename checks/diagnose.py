@@ -13,7 +13,7 @@ Parsing is pure and runs in the caller; `diagnose_renders` runs in a sandbox wor
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -366,8 +366,13 @@ def _without_reasoning(message: Message) -> Message:
     return {k: v for k, v in message.items() if k not in _REASONING_KEYS}
 
 
+def _changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The keys whose values differ as a template writes them, in the order the two hold them."""
+    return [k for k in dict.fromkeys([*old, *new]) if _exact(old.get(k)) != _exact(new.get(k))]
+
+
 def _edited(index: int, old: Message, new: Message, cause: str = HISTORY_EDITED) -> Change:
-    names = [k for k in dict.fromkeys([*old, *new]) if _exact(old.get(k)) != _exact(new.get(k))]
+    names = _changed_keys(old, new)
     name = names[0] if names else "content"
     a, b = _field_text(old, name), _field_text(new, name)
     at = _first_difference(a, b)
@@ -489,13 +494,8 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
                     f"assistant message {i + 1} lost its reasoning",
                 )
         return _edited(i + 1, a[i], b[i])
-    if _exact(old.kwargs) != _exact(new.kwargs):
-        names = [
-            k
-            for k in dict.fromkeys([*old.kwargs, *new.kwargs])
-            if _exact(old.kwargs.get(k)) != _exact(new.kwargs.get(k))
-        ]
-        name = names[0] if names else "chat_template_kwargs"
+    if names := _changed_keys(old.kwargs, new.kwargs):
+        name = names[0]
         a_text, b_text = _field_text(old.kwargs, name), _field_text(new.kwargs, name)
         return Change(
             KWARGS_CHANGED,
