@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,4 +101,62 @@ def test_the_reuse_figures_move_to_the_model_and_back() -> None:
         "model__repo_id", "reuse"
     )
     assert dict(rows) == figures
+    migrate(latest())
+
+
+def test_a_repo_tracked_in_other_letters_merges_into_its_oldest_row() -> None:
+    """Registry 0021 makes a repo id unique in any letters. Rows a race left in other letters
+    merge into the oldest (the one lookups found): subscriptions, probe runs and events move
+    to it, a subscription on a channel that already had one is folded into it, and the other
+    rows go with what the next sync fetches again."""
+    old = migrate([("registry", "0020_sync_failing_index"), ("alerts", "0004_team_invitation")])
+    hub_model = old.get_model("registry", "HubModel")
+    kept, second, third = (
+        hub_model.objects.create(repo_id=repo_id, author=repo_id.split("/")[0])
+        for repo_id in ("Acme/Chat-8B", "acme/chat-8b", "ACME/CHAT-8B")
+    )
+    hub_model.objects.create(repo_id="acme/other", author="acme")
+    for model in (kept, second, third):
+        old.get_model("registry", "CatalogVerdict").objects.create(model_id=model.pk)
+    probe = old.get_model("registry", "ProbeRun").objects.create(
+        model_id=second.pk, commit_sha="b" * 40, state="done", verdict="full"
+    )
+    event = old.get_model("registry", "ModelEvent").objects.create(
+        model_id=third.pk, kind="verdict_changed", key="verdict:3", summary="safe → unsafe"
+    )
+    user = old.get_model("auth", "User").objects.create(username="reader")
+    channel, other_channel = (
+        old.get_model("alerts", "Channel").objects.create(owner_id=user.pk, kind="webhook", url=url)
+        for url in ("https://example.org/one", "https://example.org/two")
+    )
+    delivery = old.get_model("alerts", "Delivery").objects.create(
+        event_id=event.pk, channel_id=channel.pk
+    )
+    subscription = old.get_model("alerts", "Subscription").objects
+    wish = subscription.create(
+        user_id=user.pk, channel_id=channel.pk, target="model", model_id=kept.pk, on_probe=False
+    )
+    subscription.create(
+        user_id=user.pk, channel_id=channel.pk, target="model", model_id=second.pk,
+        on_template=False,
+    )  # fmt: skip
+    elsewhere = subscription.create(
+        user_id=user.pk, channel_id=other_channel.pk, target="model", model_id=third.pk
+    )
+
+    new = migrate([("registry", "0021_one_model_per_repo_id")])
+
+    models = new.get_model("registry", "HubModel").objects
+    assert sorted(models.values_list("repo_id", flat=True)) == ["Acme/Chat-8B", "acme/other"]
+    assert new.get_model("registry", "ProbeRun").objects.get(pk=probe.pk).model_id == kept.pk
+    assert new.get_model("registry", "ModelEvent").objects.get(pk=event.pk).model_id == kept.pk
+    assert new.get_model("alerts", "Delivery").objects.filter(pk=delivery.pk).exists()
+    wishes = new.get_model("alerts", "Subscription").objects.filter(model_id=kept.pk)
+    assert sorted(wishes.values_list("pk", flat=True)) == sorted([wish.pk, elsewhere.pk])
+    folded = wishes.get(pk=wish.pk)
+    assert folded.on_template and folded.on_probe  # each the other asked for
+    rows = new.get_model("registry", "CatalogVerdict").objects.values_list("model_id", flat=True)
+    assert list(rows) == [kept.pk]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        models.create(repo_id="acme/CHAT-8b", author="acme")
     migrate(latest())

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis.exceptions
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client
 
 from dashboard import api
@@ -19,6 +21,7 @@ from registry.hub import HubClient
 from registry.models import (
     REPO_ID_INPUT_PATTERN,
     HubModel,
+    HubModelQuerySet,
     ModelStatus,
     Watch,
     WatchKind,
@@ -458,6 +461,42 @@ def test_an_empty_track_post_is_told_what_is_missing_and_past_the_allowance_429(
     assert refused.status_code == 429
     assert b"Too many track requests" in refused.content
     assert list(HubModel.objects.values_list("repo_id", flat=True)) == ["acme/one"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="two writers at once: SQLite runs one at a time"
+)
+def test_two_spellings_tracked_at_the_same_instant_make_one_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both requests look the repo up, find nothing, then insert: the database settles it
+    (`one_model_per_repo_id`), and the one that lost gets the model the other made."""
+    both_looked = threading.Barrier(2, timeout=10)
+    create = HubModelQuerySet.create
+
+    def after_both_looked(self: HubModelQuerySet, **fields: Any) -> HubModel:
+        both_looked.wait()
+        return create(self, **fields)
+
+    monkeypatch.setattr(HubModelQuerySet, "create", after_both_looked)
+    results: dict[str, tuple[HubModel, bool]] = {}
+
+    def track(repo_id: str) -> None:
+        try:
+            results[repo_id] = HubModel.objects.track(repo_id, via="api")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=track, args=(r,)) for r in ("Acme/Chat-8B", "acme/chat-8b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert len(results) == 2
+    assert sorted(created for _, created in results.values()) == [False, True]
+    assert len({model.pk for model, _ in results.values()}) == 1
+    assert HubModel.objects.count() == 1
 
 
 def test_an_id_in_other_letters_is_the_model_already_tracked(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db import connection, models
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F, Func, Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import (
@@ -178,9 +178,15 @@ class HubModelQuerySet(models.QuerySet["HubModel"]):
         known = self.filter(repo_id__iexact=repo_id).order_by("id").first()
         if known is not None:
             return known, False
-        return self.get_or_create(
-            repo_id=repo_id, defaults={"author": repo_id.split("/", 1)[0], "tracked_via": via}
-        )
+        try:
+            with transaction.atomic():
+                made = self.create(
+                    repo_id=repo_id, author=repo_id.split("/", 1)[0], tracked_via=via
+                )
+        except IntegrityError:
+            # Tracked in the meantime, in these letters or others (`one_model_per_repo_id`).
+            return self.get(repo_id__iexact=repo_id), False
+        return made, True
 
     def named(self, repo_id: str) -> HubModel | None:
         """The tracked model `repo_id`, exact, else in other letters (the Hub's ids are
@@ -424,6 +430,14 @@ class HubModel(models.Model):
             models.Index(
                 fields=["sync_error"], name="hubmodel_sync_failing", condition=~Q(sync_error="")
             ),
+        ]
+        constraints = [
+            # The Hub's ids are case-insensitive: one row per repo whatever its letters
+            # (`track` looks up before it inserts, and this settles two at the same instant).
+            # On lower(), which no query reads (ids are ASCII, so it is the same rule as
+            # upper()): one on upper(repo_id) took the name order's walk off its covering
+            # index (migration 0019), an index scan and a sort where it read the index alone.
+            models.UniqueConstraint(Lower("repo_id"), name="one_model_per_repo_id"),
         ]
 
     def __str__(self) -> str:
