@@ -47,6 +47,16 @@ def common_prefix_tokens(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def history_end(history: str, prompt: str, following: str) -> int:
+    """Where a divergence of `prompt` from `following` stops being in history: the render without
+    the generation prompt (`history`) agrees with either render up to there.
+
+    A generation prompt may rewrite the latest turn too (a marker on the last user message only
+    when the model is asked to answer); the next render then writes that turn as `history` does,
+    so the divergence is in that turn, not in the generation prompt."""
+    return max(common_prefix(history, prompt), common_prefix(history, following))
+
+
 def byte_length(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -191,17 +201,16 @@ def compare_pair(pair: PairInput) -> RequestPair:
         )
 
     if offset < len(prompt):
-        history = pair.history()
-        history_end = common_prefix(history, prompt)
-        divergence = _divergence(pair, offset, history_end, token_index)
-        if offset < history_end:
+        boundary = history_end(pair.history(), prompt, nxt)
+        divergence = _divergence(pair, offset, boundary, token_index)
+        if offset < boundary:
             what = _named(divergence.segment_before)
             if divergence.segment_before == UNATTRIBUTED:
                 what = f"the history, from byte {divergence.byte_offset},"
             detail = f"{what} is written differently once a turn is added"
             return result("fail", HISTORY, detail, divergence, offset)
         detail = (
-            f"the generation prompt {prompt[history_end:]!r} is not what history writes "
+            f"the generation prompt {prompt[boundary:]!r} is not what history writes "
             "for that assistant turn"
         )
         return result("fail", GENERATION_PROMPT, detail, divergence, offset)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 #: Bump whenever results could change: cached results of another version are not reused.
-ENGINE_VERSION = "1.2.3"
+ENGINE_VERSION = "1.2.4"
 
 # The clock `strftime_now` reads unless the caller pins another one: a check must not change daily.
 DEFAULT_NOW = datetime(2026, 1, 15, 9, 30, 0)

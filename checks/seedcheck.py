@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from checks.comparison import byte_length, common_prefix
+from checks.comparison import byte_length, common_prefix, history_end
 from checks.reports import SeedShapeResult
 
 # Messages exactly as in the post (string arguments, ids "c1"/"c2", empty content on tool calls).
@@ -111,8 +111,14 @@ def _classify(
         history = render(messages[:-1], tools, False)
     except Exception:  # noqa: BLE001 - cannot separate history from prompt
         return "history"
-    history_end = common_prefix(history, prev)
-    if offset < history_end:
+    # A generation prompt that rewrites the latest message is an edit of history where the shorter
+    # render is a request (it ends on a user or tool message); after the assistant's own message
+    # the rewrite is the artifact's doing, as no request ends there.
+    if messages[-2]["role"] != "assistant":
+        end = history_end(history, prev, full)
+    else:
+        end = common_prefix(history, prev)
+    if offset < end:
         return "history"
     if messages[-1]["role"] != "assistant":
         # The shorter render asks the model to answer, but the next message is not its answer.

@@ -19,6 +19,7 @@ from checks.reports import (
     RequestPair,
     TemplateReport,
 )
+from checks.seedcheck import GENERATION_PROMPT_ARTIFACT
 from checks.sources import TemplateSource
 from tests.checks.conftest import CHATML, REASONING_ON_LAST
 
@@ -35,6 +36,14 @@ EMPTY_THINK_PROMPT = """{%- for m in messages -%}
 <{{ m.role }}>{{ m.content }}</s>
 {%- endfor -%}
 {%- if add_generation_prompt %}<assistant><think></think>{% endif -%}
+"""
+
+# Without a generation prompt the render ends with <end>, so history is not a prefix of the
+# prompt; line 4's generation prompt writes " /think" where history writes the reply.
+MARKER_IN_GENERATION_PROMPT = """{%- for m in messages -%}
+<{{ m.role }}>{{ m.content }}</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant> /think{% else %}<end>{% endif -%}
 """
 
 # History writes a space before assistant content that the model did not emit.
@@ -107,8 +116,13 @@ def test_a_client_other_than_the_typical_says_where_it_breaks_without_attributio
     )
 
 
-def test_generation_prompt_not_reproduced_by_history() -> None:
-    report = report_for(EMPTY_THINK_PROMPT)
+@pytest.mark.parametrize(
+    ("template", "written"),
+    [(EMPTY_THINK_PROMPT, "<think></think>"), (MARKER_IN_GENERATION_PROMPT, " /think")],
+    ids=["empty_think_block", "marker_where_history_ends_otherwise"],
+)
+def test_generation_prompt_not_reproduced_by_history(template: str, written: str) -> None:
+    report = report_for(template)
     result = pair(report, "chat", 1)
     assert (result.status, result.cause) == ("fail", GENERATION_PROMPT)
     divergence = result.divergence
@@ -120,7 +134,44 @@ def test_generation_prompt_not_reproduced_by_history() -> None:
     assert divergence.segment_after == "assistant 1"
     assert divergence.lines_before == (4,)
     assert divergence.lines_after == (2,)
-    assert divergence.text_before.startswith("<think></think>")
+    assert divergence.text_before.startswith(written)
+    pure_chat = {s.classification for s in report.seed_check if s.shape == "pure_chat"}
+    assert pure_chat == {GENERATION_PROMPT}
+
+
+# Line 3: " /think" goes on the latest message (a user turn in chat) only when a generation
+# prompt follows, so once the conversation goes on that turn is written without it: an edit of
+# history.
+MARKER_ON_LATEST_MESSAGE = """{%- for m in messages -%}
+<{{ m.role }}>{{ m.content }}
+{%- if loop.last and add_generation_prompt %} /think{% endif -%}
+</s>
+{%- endfor -%}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
+
+def test_a_generation_prompt_that_edits_the_latest_user_turn_is_a_history_failure() -> None:
+    """The bytes that change are in user k, not after it: the reader is sent to that turn."""
+    report = report_for(MARKER_ON_LATEST_MESSAGE)
+    system = "<system>You are a careful assistant for a travel agency. Answer briefly.</s>"
+    user = "<user>What's the weather in Paris today?"
+    for index in (1, 2):
+        result = pair(report, "chat", index)
+        assert (result.status, result.cause) == ("fail", HISTORY)
+        assert result.detail == f"user {index} is written differently once a turn is added"
+        divergence = result.divergence
+        assert divergence is not None
+        assert divergence.segment_before == divergence.segment_after == f"user {index}"
+        assert divergence.lines_before == (3,)
+        assert divergence.text_before.startswith(" /think</s>")
+    first = pair(report, "chat", 1).divergence
+    assert first is not None and first.byte_offset == len(system + user)
+    assert report.verdict == UNSAFE
+    seed = {s.shape: s.classification for s in report.seed_check}
+    # The literal check's tool shapes ask for a generation prompt after the assistant's own call,
+    # which no request does: the marker it gets there is the artifact's doing.
+    assert (seed["pure_chat"], seed["single_tool_call"]) == (HISTORY, GENERATION_PROMPT_ARTIFACT)
 
 
 def test_reply_reframed_is_a_warning_not_a_failure() -> None:
