@@ -267,8 +267,9 @@ def make_handler(
     client = httpx2.Client(timeout=httpx2.Timeout(upstream_timeout, connect=10.0))
     # Diagnoses run on one background thread, in arrival order: the answer is never held up by
     # the sandbox, and the next request on a kept-alive connection does not wait for it.
-    # An item is a request to record, or a failure of the relay to report (its path and what).
-    backlog: queue.Queue[tuple[str, bytes, bytes, int, float | None] | tuple[str, str]]
+    # An item is a request to record (with why its answer was cut off, if it was), or a
+    # failure of the relay to report (its path and what).
+    backlog: queue.Queue[tuple[str, bytes, bytes, int, float | None, str] | tuple[str, str]]
     backlog = queue.Queue()
 
     def recorder_loop() -> None:
@@ -279,8 +280,8 @@ def make_handler(
                 if len(item) == 2:
                     entry: dict[str, Any] = {"path": path, "status": 502, "failed": item[1]}
                 else:
-                    _, body, answer, status, ttft = item
-                    entry = record(recorder, path, body, answer, status, ttft, keep_bodies)
+                    _, body, answer, status, ttft, cut = item
+                    entry = record(recorder, path, body, answer, status, ttft, keep_bodies, cut)
                 out.write(line_for(entry) + "\n")
                 out.flush()
                 if log is not None:
@@ -345,6 +346,7 @@ def make_handler(
             tail = bytearray()
             first_byte: float | None = None
             answered = False
+            cut = ""
             try:
                 with client.stream(
                     self.command, upstream + self.path, headers=headers, content=body
@@ -405,23 +407,35 @@ def make_handler(
                 self.close_connection = True
                 status = answer.status_code if answered else 499
             except httpx2.HTTPError as exc:
-                said = f"upstream {upstream} unreachable: {type(exc).__name__}"
-                if isinstance(exc, httpx2.ReadTimeout):
-                    said = (
-                        f"upstream {upstream} sent nothing for {upstream_timeout:g} s "
-                        "(--upstream-timeout)"
-                    )
-                if answered:  # cut off mid-answer: nothing more can be said to the client
-                    self.close_connection = True
-                else:
-                    self._fail(504 if isinstance(exc, httpx2.ReadTimeout) else 502, said)
-                backlog.put((self.path, said))
-                return
+                timed_out = isinstance(exc, httpx2.ReadTimeout)
+                if not answered:
+                    said = f"upstream {upstream} unreachable: {type(exc).__name__}"
+                    if timed_out:
+                        said = (
+                            f"upstream {upstream} sent nothing for {upstream_timeout:g} s "
+                            "(--upstream-timeout)"
+                        )
+                    self._fail(504 if timed_out else 502, said)
+                    backlog.put((self.path, said))
+                    return
+                # Cut off mid-answer (its connection dropped, a chunk it could not frame, a
+                # stall): the client's body is left unended, so it sees the cut, and the
+                # connection closed. The server took the request and began answering, so it
+                # prefilled that prompt: recorded as its conversation's last request.
+                self.close_connection = True
+                status = answer.status_code
+                cut = (
+                    f"nothing more from {upstream} for {upstream_timeout:g} s (--upstream-timeout)"
+                    if timed_out
+                    else f"{type(exc).__name__} from {upstream}"
+                )
             if self.command == "POST" and urlsplit(self.path).path.rstrip("/").endswith(
                 ("/chat/completions", "/messages")
             ):
                 ttft = None if first_byte is None else (first_byte - started) * 1000
-                backlog.put((self.path, body, bytes(tail), status, ttft))
+                backlog.put((self.path, body, bytes(tail), status, ttft, cut))
+            elif cut:
+                backlog.put((self.path, f"answer cut off ({cut})"))
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _relay  # noqa: N815
 
@@ -436,8 +450,10 @@ def record(
     status: int,
     ttft: float | None,
     keep_bodies: bool,
+    cut: str = "",
 ) -> dict[str, Any]:
-    """The log entry of one chat request: its conversation, diagnosis and the cache figures."""
+    """The log entry of one chat request: its conversation, diagnosis and the cache figures;
+    `cut` says why its answer ended early, if it did."""
     try:
         parsed = load_json(body or b"null")
         request = parse_body(parsed, "request")
@@ -454,6 +470,8 @@ def record(
         **cache_figures(answer),
         "ttft_ms": None if ttft is None else round(ttft, 1),
     }
+    if cut:
+        entry["cut"] = cut
     if keep_bodies:
         entry["body"] = parsed
     return entry
@@ -474,6 +492,8 @@ def line_for(entry: dict[str, Any]) -> str:
         parts.append(f"server cached {entry['cached_tokens']}" + (f"/{total}" if total else ""))
     if entry.get("ttft_ms") is not None:
         parts.append(f"first byte {entry['ttft_ms']:.0f} ms")
+    if entry.get("cut"):
+        parts.append(f"answer cut off ({entry['cut']})")
     line = f"{head} " + " · ".join(parts)
     if diagnosis["cause"] not in (NONE, "first"):
         line += f" — {diagnosis['detail']}. {diagnosis.get('hint', '')}".rstrip()

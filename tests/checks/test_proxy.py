@@ -721,3 +721,94 @@ def test_an_http_1_0_client_gets_the_body_unframed(proxied: Any) -> None:
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower(), head
     assert json.loads(body) == {"object": "list", "data": []}
+
+
+class BrokenOff(Stub):
+    """An upstream that fails mid-answer: two SSE events, then its connection drops
+    (`/dropped`), a chunk whose size is not one (`/garbled`) or a stall past the proxy's
+    `--upstream-timeout` (`/stalled`), or a JSON answer shorter than its `Content-Length`
+    (`/short`); any other path is the stub's."""
+
+    EVENTS = [
+        b'data: {"choices": [{"delta": {"content": "Ans"}}]}\n\n',
+        b'data: {"choices": [], "usage": {"prompt_tokens": 20, '
+        b'"prompt_tokens_details": {"cached_tokens": 7}}}\n\n',
+    ]
+
+    def do_POST(self) -> None:  # noqa: N802
+        if not self.path.startswith(("/dropped/", "/garbled/", "/stalled/", "/short/")):
+            super().do_POST()
+            return
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.close_connection = True  # the upstream's connection drops at the end
+        if self.path.startswith("/short/"):
+            data = json.dumps(STUB_ANSWER).encode()
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(data), data[: len(data) // 2])
+            )
+            return
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for event in self.EVENTS:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        if self.path.startswith("/garbled/"):
+            self.wfile.write(b"zz\r\ndata: {\r\n")
+        if self.path.startswith("/stalled/"):
+            time.sleep(2)
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        ("dropped", "RemoteProtocolError"),
+        ("garbled", "RemoteProtocolError"),
+        ("stalled", "nothing more from"),
+        ("short", "RemoteProtocolError"),
+    ],
+)
+def test_an_upstream_that_fails_mid_answer_is_relayed_cut_and_still_recorded(
+    failure: str, said: str
+) -> None:
+    """The server received the request and began its answer, so it prefilled (and cached) that
+    prompt: the next request of the conversation is diagnosed against it. The client gets what
+    the upstream sent and a closed connection, not an answer that looks whole, nor a hang."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), BrokenOff)
+    out, log = io.StringIO(), io.StringIO()
+    proxy = serve(started(upstream), ("127.0.0.1", 0), out=out, log=log, upstream_timeout=0.5)
+    base = started(proxy)
+    first, second = conversation()[:2]
+    body = json.dumps({**first, "stream": failure != "short"}).encode()
+    reply = raw_request(
+        base,
+        f"POST /{failure}/v1/chat/completions HTTP/1.1\r\nHost: x\r\n".encode()
+        + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body,
+    )
+    with httpx2.Client(timeout=10) as client:
+        after = client.post(base + "/v1/chat/completions", json=second)
+    drain(proxy)
+    for server in (proxy, upstream):
+        server.shutdown()
+        server.server_close()
+    head, _, relayed = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"chunked" in head.lower()
+    if failure == "short":
+        assert json.dumps(STUB_ANSWER).encode()[:20] in relayed
+    else:
+        assert all(event in relayed for event in BrokenOff.EVENTS)
+    assert not relayed.endswith(b"0\r\n\r\n")  # no end of body: the client sees it was cut
+    assert after.json() == STUB_ANSWER  # the proxy goes on serving
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("[conversation 1 request 1] first")
+    assert "answer cut off" in lines[0]
+    assert lines[1].startswith("[conversation 1 request 2] none"), lines[1]
+    entries = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert entries[0]["status"] == 200 and said in entries[0]["cut"]
+    if failure != "short":  # the figures the stream sent before it broke off
+        assert entries[0]["cached_tokens"] == 7
+    assert "cut" not in entries[1]
