@@ -166,11 +166,13 @@ def _config_summary(config: Any) -> dict[str, Any]:
     return {key: config[key] for key in CONFIG_SUMMARY_KEYS if key in config}
 
 
-def unavailable_status(err: HfHubHTTPError, *, about_repo: bool) -> RepoUnavailable | None:
+def unavailable_status(err: HfHubHTTPError) -> RepoUnavailable | None:
     """Map an error answer to a repo status; None when it is not about access (retry later).
 
-    A bare 404 means "missing" only for the repo itself (model info); for a commit, tree or
-    file of a repo that exists it is something to retry, not a verdict on the repo."""
+    Only the Hub's own `RepoNotFound` is "missing" at once. A bare 404 (no `X-Error-Code`,
+    which huggingface_hub raises as a plain `HfHubHTTPError`) comes from proxies, load
+    balancers and Hub hiccups too: `HubUnavailable` with its status, and the sync decides
+    (`registry.sync.record_not_found`)."""
     response = err.response
     status = response.status_code if response is not None else None
     code = response.headers.get("X-Error-Code", "") if response is not None else ""
@@ -185,8 +187,6 @@ def unavailable_status(err: HfHubHTTPError, *, about_repo: bool) -> RepoUnavaila
         return RepoUnavailable("private", f"private: the Hub refused access ({status})")
     if status in (401, 403):
         return RepoUnavailable("private", f"private: the Hub refused access ({status})")
-    if status in (404, 410) and not code and about_repo:
-        return RepoUnavailable("missing", f"not found on the Hub ({status})")
     return None
 
 
@@ -231,7 +231,7 @@ class HubClient:
             self.sleep(wait)
             waited += wait
 
-    def _call(self, what: str, request: Callable[[], T], *, about_repo: bool = False) -> T:
+    def _call(self, what: str, request: Callable[[], T]) -> T:
         """Run one HTTP request with the rate limit and retries; map access errors."""
         last = ""
         for attempt in range(1, self.max_attempts + 1):
@@ -240,7 +240,7 @@ class HubClient:
             try:
                 return request()
             except HfHubHTTPError as err:
-                unavailable = unavailable_status(err, about_repo=about_repo)
+                unavailable = unavailable_status(err)
                 if unavailable is not None:
                     raise unavailable from err
                 status = err.response.status_code if err.response is not None else None
@@ -340,7 +340,6 @@ class HubClient:
                     repo_id, files_metadata=True, timeout=self.timeout, token=self._auth
                 ),
             ),
-            about_repo=True,
         )
         return read_answer(what, lambda: self._repo_info(repo_id, info))
 
@@ -483,7 +482,6 @@ class HubClient:
                     repo_id, expand=["gguf"], timeout=self.timeout, token=self._auth
                 ),
             ),
-            about_repo=True,
         )
         gguf = getattr(info, "gguf", None)
         return gguf if isinstance(gguf, dict) else {}

@@ -14,14 +14,15 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from billiard.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Max
+from django.db.models import Max, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .derivatives import record_stale_fixes_after_syncs, refresh_drift_many
@@ -233,7 +234,11 @@ class RegistrySync:
         except RepoUnavailable as gone:
             return record_unavailable(model.pk, gone.status, gone.reason, None)
         except HubUnavailable as err:
-            record_failure(model.pk, str(err))
+            if err.status in NOT_FOUND and not err.code:
+                if (missing := record_not_found(model, err.status, str(err))) is not None:
+                    return missing
+            else:
+                record_failure(model.pk, str(err))
             raise
         if info.disabled:
             return record_unavailable(model.pk, ModelStatus.DISABLED, "disabled on the Hub", info)
@@ -254,7 +259,7 @@ class RegistrySync:
                 return record_unavailable(model.pk, ModelStatus.GATED, "gated", info)
             return record_unavailable(model.pk, gone.status, gone.reason, info)
         except HubUnavailable as err:
-            record_failure(model.pk, str(err))
+            record_failure(model.pk, str(err), found=True)
             raise
         return observation
 
@@ -685,6 +690,7 @@ def _values(model: HubModel, observation: Observation, walked: _Changes) -> dict
         "template_files": observation.files_signature,
         "sync_error": "",
         "sync_failed_at": None,
+        "not_found_since": None,
         "last_synced_at": timezone.now(),
     }
     if observation.states:
@@ -937,7 +943,10 @@ def backfill_histories(
 def record_unchanged(model_pk: int, info: RepoInfo) -> SyncResult:
     """Nothing new upstream: refresh counters that moved, and the sync time."""
     model = HubModel.objects.get(pk=model_pk)
-    changed = _assign(model, metadata_fields(info) | {"sync_error": "", "sync_failed_at": None})
+    changed = _assign(
+        model,
+        metadata_fields(info) | {"sync_error": "", "sync_failed_at": None, "not_found_since": None},
+    )
     model.last_synced_at = timezone.now()
     model.save(update_fields=[*changed, "last_synced_at"])
     return SyncResult(model.repo_id, "unchanged", model.status)
@@ -954,6 +963,7 @@ def record_unavailable(
         "status_reason": reason,
         "sync_error": "",
         "sync_failed_at": None,
+        "not_found_since": None,
     }
     if info is not None:
         values |= metadata_fields(info)
@@ -973,11 +983,39 @@ def record_unavailable(
     return SyncResult(model.repo_id, "unavailable", status, message=reason)
 
 
-def record_failure(model_pk: int, message: str) -> None:
-    """The Hub could not be read this time: keep everything, note why (shown on the page)."""
+def record_failure(model_pk: int, message: str, *, found: bool = False) -> None:
+    """The Hub could not be read this time: keep everything, note why (shown on the page).
+    `found`: the Hub did answer the repo's model info, so any run of bare 404s has ended."""
     HubModel.objects.filter(pk=model_pk).update(
-        sync_error=message[:1000], sync_failed_at=timezone.now()
+        sync_error=message[:1000],
+        sync_failed_at=timezone.now(),
+        **({"not_found_since": None} if found else {}),
     )
+
+
+#: A repo's model info answered 404 or 410 without the Hub's `X-Error-Code: RepoNotFound`...
+NOT_FOUND = (404, 410)
+#: ... marks it missing only when the Hub has answered so for this long, with no answer about
+#: the repo between: a proxy, a load balancer or a Hub hiccup answers a bare 404 too, and
+#: "missing" tells its subscribers the repo is gone. A Hub look-alike that sends no error
+#: codes has no other way to say so.
+MISSING_AFTER = timedelta(days=1)
+
+
+def record_not_found(model: HubModel, status: int | None, message: str) -> SyncResult | None:
+    """A bare 404 for `model`'s model info: `missing` once the bare 404s have lasted
+    `MISSING_AFTER`; else None, a failure to retry, noted with the first one's time kept."""
+    now = timezone.now()
+    since = model.not_found_since
+    if since is not None and now - since >= MISSING_AFTER:
+        reason = f"not found on the Hub ({status}) since {since:%Y-%m-%d %H:%M} UTC"
+        return record_unavailable(model.pk, ModelStatus.MISSING, reason, None)
+    HubModel.objects.filter(pk=model.pk).update(
+        sync_error=message[:1000],
+        sync_failed_at=now,
+        not_found_since=Coalesce("not_found_since", Value(now)),
+    )
+    return None
 
 
 #: Observations recorded in one transaction by `sync_concurrently` (`record_many`)...

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from registry.api import model_json
 from registry.hub import HubClient, HubUnavailable
@@ -26,7 +27,7 @@ from registry.models import (
 )
 from registry.pipeline import claim_template_changes
 from registry.signals import template_changed
-from registry.sync import RegistrySync, SyncResult, backfill_histories
+from registry.sync import MISSING_AFTER, RegistrySync, SyncResult, backfill_histories
 from tests.fakehub import FakeHub, load_corpus
 from tests.fakehub.corpus import tokenizer_config, upload_files
 from tests.fakehub.fixtures import Sleeps, corpus_hub, fake_hub, hub_settings, sleeps
@@ -605,7 +606,7 @@ def test_a_bare_bones_hub_without_sha_or_error_codes_still_syncs(
     fake_hub: FakeHub, sync: Callable[..., SyncResult]
 ) -> None:
     """Model info without `sha` or file metadata, errors without X-Error-Code: the statuses
-    come from the HTTP codes and the head from the commit list."""
+    come from the HTTP codes (a bare 404 once it lasts) and the head from the commit list."""
     fake_hub.state.minimal = True
     head = upload(fake_hub, "org/plain", {"tokenizer_config.json": tc(CHATML)})
     upload(fake_hub, "org/plain-gated", {"tokenizer_config.json": tc(CHATML)}, gated="auto")
@@ -615,6 +616,11 @@ def test_a_bare_bones_hub_without_sha_or_error_codes_still_syncs(
     assert api("org/plain")["template"]["tokenizer_json"] is None
     assert sync("org/plain-gated").status == ModelStatus.GATED
     assert sync("org/plain-private").status == ModelStatus.PRIVATE
+    with pytest.raises(HubUnavailable, match="404"):
+        sync("org/plain-missing")
+    HubModel.objects.filter(repo_id="org/plain-missing").update(
+        not_found_since=timezone.now() - MISSING_AFTER
+    )
     assert sync("org/plain-missing").status == ModelStatus.MISSING
     assert sync("org/plain").outcome == "unchanged"
 
@@ -628,6 +634,52 @@ def test_a_bare_404_on_a_file_is_retried_later_not_a_missing_repo(
         sync("org/cdn-hiccup")
     assert HubModel.objects.get(repo_id="org/cdn-hiccup").status == ModelStatus.PENDING
     assert sync("org/cdn-hiccup").status == ModelStatus.OK
+
+
+def test_a_bare_404_on_model_info_is_retried_later_not_a_missing_repo(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """A 404 without the Hub's `X-Error-Code: RepoNotFound` can come from a proxy, a load
+    balancer or a Hub hiccup: the repo stays as it was, no subscriber hears it is gone."""
+    upload(fake_hub, "org/hiccup", {"tokenizer_config.json": tc(CHATML)})
+    assert sync("org/hiccup").status == ModelStatus.OK
+    fake_hub.inject("404", times=1, match="/api/models/org/hiccup")
+    with pytest.raises(HubUnavailable, match="404"):
+        sync("org/hiccup")
+    model = HubModel.objects.get(repo_id="org/hiccup")
+    assert model.status == ModelStatus.OK and "404" in model.sync_error
+    assert api("org/hiccup")["template"]["sha256"] == sha(CHATML)
+    assert not ModelEvent.objects.filter(kind=EventKind.STATUS_CHANGED).exists()
+    assert sync("org/hiccup").outcome == "unchanged"
+    model = HubModel.objects.get(repo_id="org/hiccup")
+    assert (model.sync_error, model.not_found_since) == ("", None)
+
+
+def test_a_bare_404_that_lasts_a_day_marks_the_repo_missing(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """A Hub look-alike that sends no error codes: a repo deleted there answers bare 404s, and
+    is missing once they have lasted `MISSING_AFTER`, counted from the first."""
+    upload(fake_hub, "org/gone", {"tokenizer_config.json": tc(CHATML)})
+    assert sync("org/gone").status == ModelStatus.OK
+    fake_hub.state.minimal = True
+    fake_hub.store.remove("org/gone")
+    with pytest.raises(HubUnavailable, match="404"):
+        sync("org/gone")
+    first = HubModel.objects.get(repo_id="org/gone").not_found_since
+    assert first is not None
+    with pytest.raises(HubUnavailable, match="404"):
+        sync("org/gone")
+    model = HubModel.objects.get(repo_id="org/gone")
+    assert model.status == ModelStatus.OK and "404" in model.sync_error
+    assert model.not_found_since == first  # counted from the first
+    assert not ModelEvent.objects.filter(kind=EventKind.STATUS_CHANGED).exists()
+    HubModel.objects.filter(pk=model.pk).update(not_found_since=first - MISSING_AFTER)
+    result = sync("org/gone")
+    assert result.status == ModelStatus.MISSING and "(404)" in result.message
+    [event] = ModelEvent.objects.filter(kind=EventKind.STATUS_CHANGED)
+    assert "ok → missing" in event.summary
+    assert api("org/gone")["template"]["sha256"] == sha(CHATML)  # the last known, kept
 
 
 def test_a_new_repo_is_read_head_first_in_two_requests_then_its_history(
@@ -738,8 +790,6 @@ def test_a_change_dated_in_the_future_counts_as_found_when_synced(
     set it: a commit dated 2099 stayed at the top."""
     from dataclasses import replace
     from datetime import UTC, datetime
-
-    from django.utils import timezone
 
     upload(fake_hub, "acme/future", {"tokenizer_config.json": tc("{{ messages }}")})
     sync("acme/future")

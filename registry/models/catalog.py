@@ -373,6 +373,9 @@ class HubModel(models.Model):
     sync_error = models.TextField(blank=True)
     #: When that attempt failed; None after a success.
     sync_failed_at = models.DateTimeField(null=True, blank=True)
+    #: When the Hub first answered this repo's model info with a bare 404 (no `RepoNotFound`),
+    #: with no answer about the repo since; None otherwise (`registry.sync.record_not_found`).
+    not_found_since = models.DateTimeField(null=True, blank=True)
     #: What the catalog search looks in, kept by the database: repo id, family, model type and
     #: tags, lower-cased, the separators inside them written as letters (`SEARCH_SEPARATORS`),
     #: in one column (one trigram index on PostgreSQL).
