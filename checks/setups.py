@@ -8,7 +8,7 @@ what to do and what the rest costs.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.clients import PROFILE_NAMES, PROFILES, TYPICAL
@@ -87,12 +87,20 @@ class Setup:
     def is_headline(self) -> bool:
         return self == Setup()
 
-    def query(self, **changes: str) -> str:
-        """The query string of this setup with some parts changed (headline values left out)."""
-        values = {**self.__dict__, **changes}
+    @property
+    def params(self) -> dict[str, str]:
+        """The parts a link that chooses this setup carries: the headline's values are left out
+        (the typical client is the absent one), and a setup of them alone is `thinking=default`,
+        the template's defaults judged alone; no part at all would be the headline, which
+        counts every setting. The one spelling of a setup: the pages send others to it."""
         defaults = Setup().__dict__
-        parts = [f"{k}={v}" for k, v in values.items() if v != defaults[k]]
-        return "?" + "&".join(parts) if parts else ""
+        parts = {k: v for k, v in self.__dict__.items() if v != defaults[k]}
+        return parts or {"thinking": THINKING_DEFAULT}
+
+    def query(self, **changes: str) -> str:
+        """The query string that chooses this setup with some parts changed (`params`)."""
+        parts = replace(self, **changes).params
+        return "?" + "&".join(f"{k}={v}" for k, v in parts.items())
 
     def words(self) -> str:
         return (

@@ -24,7 +24,13 @@ from django.urls import NoReverseMatch, reverse
 
 from checks.clients import PROFILES
 from checks.reuse import CACHE_CLASS_LABELS
-from checks.setups import THINKING_DEFAULT, THINKING_OFF, THINKING_ON, THINKING_WORDS, Setup
+from checks.setups import (
+    THINKING_DEFAULT,
+    THINKING_OFF,
+    THINKING_ON,
+    THINKING_WORDS,
+    Setup,
+)
 from registry.models import (
     SEARCH_TERMS,
     Drift,
@@ -280,8 +286,8 @@ class CatalogQuery:
     def setup_path(self) -> tuple[str, str, str]:
         """Where the reader's setup's verdict sits in a catalog row's per-setup verdicts
         (`CatalogVerdict.setups`): client, thinking setting, engine."""
-        thinking = self.thinking if self.thinking in SETUP_THINKING else THINKING_DEFAULT
-        return (self.client or "typical", thinking, self.engine or "trimmable")
+        setup = self.setup
+        return (setup.client, setup.thinking, setup.engine)
 
     def _listed(self, models: QuerySet[HubModel]) -> QuerySet[HubModel]:
         return listed(models, self.sort, self.setup_path if self.setup_active else None)
@@ -366,17 +372,30 @@ class CatalogQuery:
         return bool(self.client or self.engine or self.thinking in SETUP_THINKING)
 
     @property
-    def setup_query(self) -> str:
-        """The reader's setup as a model page's query string ("" when none is chosen): a row's
-        link carries it, so the model page judges the setup the row's badge was for."""
-        if not self.setup_active:
-            return ""
+    def setup(self) -> Setup:
+        """The reader's setup its rows are judged for (when `setup_active`)."""
         defaults = Setup()
         return Setup(
             self.client or defaults.client,
             self.engine or defaults.engine,
             self.thinking if self.thinking in SETUP_THINKING else defaults.thinking,
-        ).query()
+        )
+
+    @property
+    def setup_query(self) -> str:
+        """The reader's setup as a model page's query string ("" when none is chosen): a row's
+        link carries it, so the model page judges the setup the row's badge was for."""
+        return self.setup.query() if self.setup_active else ""
+
+    @property
+    def setup_spelling(self) -> dict[str, str] | None:
+        """The setup parts of this catalog's one address (`Setup.params`: `?client=typical`
+        is `?thinking=default`), the same as its own links and menus send. None while the
+        thinking menu holds a filter: an explicit typical value may then be all that chooses
+        the setup, and is kept (its menu shows it)."""
+        if self.thinking and self.thinking not in SETUP_THINKING:
+            return None
+        return self.setup.params if self.setup_active else {}
 
     @property
     def active(self) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from django.http import (
     Http404,
@@ -79,12 +78,17 @@ PROBE_CHOICES = ProbeStatus.choices
 def catalog(request: HtmxHttpRequest) -> HttpResponse:
     """Every tracked model with its verdicts: search, filters, sort and page, all in the URL."""
     query = CatalogQuery.from_params(request.GET)
+    ignored = query.ignored(request.GET)
+    # A link with a value the catalog ignores keeps it, for the note that quotes it.
+    moved = None if ignored else setup_address(request, query.setup_spelling)
+    if moved is not None:
+        return moved
     page = CappedPaginator(query, PAGE_SIZE).get_page(query.page)
     shows(request, (row.repo_id for row in page), reads_verdicts=query.reads_verdicts)
     context = {
         "page": page,
         "query": query,
-        "ignored": query.ignored(request.GET),
+        "ignored": ignored,
         "verdicts": VERDICT_CHOICES,
         "thinking_choices": THINKING_CHOICES.items(),
         "client_choices": CLIENT_CHOICES.items(),
@@ -147,10 +151,27 @@ def page_url(request: HttpRequest, model: HubModel) -> str:
 
 
 def setup_params(request: HttpRequest) -> str:
-    """The setup the reader gave (?client=&engine=&thinking=) as a query string, "" for none:
-    what a link or a poll from this page keeps, so that it answers for the same setup."""
+    """The setup the reader chose (?client=&engine=&thinking=) as its one query string
+    (`Setup.query`), "" for none: what a link or a poll from this page keeps, so that it
+    answers for the same setup."""
+    return reader_setup(request)[0].query() if is_chosen(request.GET) else ""
+
+
+def setup_address(request: HttpRequest, spelling: dict[str, str] | None) -> HttpResponse | None:
+    """A permanent redirect to this page with its setup parts spelt `spelling` (the one
+    spelling, `Setup.params`; {} for none), the rest of the query string as it was; None when
+    they already are, or for `spelling` None. `?client=typical`, the model page's form's three
+    values, or spaces from a pasted link would each be a page of their own, in the page cache
+    (keyed by URL) as in shared links."""
     given = {part: request.GET[part] for part in SETUP_PARTS if request.GET.get(part)}
-    return f"?{urlencode(given)}" if given else ""
+    if spelling is None or given == spelling:
+        return None
+    query = request.GET.copy()
+    for part in SETUP_PARTS:
+        query.pop(part, None)
+    query.update(spelling)
+    encoded = query.urlencode()
+    return HttpResponsePermanentRedirect(f"{request.path}?{encoded}" if encoded else request.path)
 
 
 def probe_context(request: HttpRequest, model: HubModel) -> dict[str, Any]:
@@ -286,6 +307,12 @@ def model_detail(
     request: HtmxHttpRequest, org: str, name: str, commit: str | None = None
 ) -> HttpResponse:
     """A model's verdict, matrix, findings, template and history; pinned to a commit if given."""
+    setup, setup_error = reader_setup(request)
+    spelling = setup.params if is_chosen(request.GET) else {}
+    # A value the page ignores stays in the URL, for the note that quotes it.
+    moved = None if setup_error else setup_address(request, spelling)
+    if moved is not None:
+        return moved
     try:
         model = _model_or_404(request, org, name)
     except UnknownModel as exc:

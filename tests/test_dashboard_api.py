@@ -245,8 +245,11 @@ def test_a_setup_given_with_the_typical_value_is_judged_alone_everywhere(
     assert api_verdict["verdict"] == row["setup_verdict"] == "safe"
     assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg", setup)) == "safe"
     assert badge_verdict(client.get(f"/badge/{model.repo_id}.svg")) == "breaks"
-    page = client.get(f"/m/{model.repo_id}/", setup).content.decode()
-    assert "Your setup:" in page and "Verdict for the typical setup." not in page
+    # The model page spells that setup `?thinking=default`, and sends the others there.
+    page = client.get(f"/m/{model.repo_id}/", setup, follow=True)
+    assert page.request["QUERY_STRING"] == "thinking=default"
+    body = page.content.decode()
+    assert "Your setup:" in body and "Verdict for the typical setup." not in body
 
 
 def test_a_setups_badge_during_a_recheck_is_the_catalogs_not_the_headline(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from datetime import UTC, datetime
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from django.db import connection
@@ -226,6 +226,36 @@ def test_the_catalog_filters_on_the_readers_setup(client: Client, catalog: Catal
     assert blank.json()["results"] == plain["results"]
     detail = client.get("/api/models/fix-org/reply-lost", {"client": "", "thinking": ""})
     assert detail.status_code == 200, detail.content
+
+
+def test_a_setup_of_typical_values_keeps_its_menus_links_and_one_address(
+    client: Client, catalog: Catalog
+) -> None:
+    """`/?client=typical` chose the typical setup (rows judged for the template's defaults
+    alone), but the client menu, whose empty choice reads "Typical", selected nothing: the next
+    filter change sent `client=` and dropped the setup, and the rows linked to the headline.
+    A typical value is the absent one; a setup of them alone is `thinking=default`, which the
+    thinking menu shows, and the catalog sends any other spelling there (one cached copy)."""
+    for spelt in ({"client": "typical"}, {"engine": "trimmable", "client": "typical"}):
+        moved = client.get("/", {"q": "demo", **spelt})
+        assert moved.status_code == 301
+        found = urlsplit(moved["Location"])
+        assert (found.path, parse_qs(found.query)) == (
+            "/",
+            {"q": ["demo"], "thinking": ["default"]},
+        )
+    moved = client.get("/", {"client": "typical", "engine": "hybrid"})
+    assert moved.status_code == 301 and moved["Location"] == "/?engine=hybrid"
+    page = client.get("/", {"q": "demo", "thinking": "default"}).content.decode()
+    form = page.split("<form")[1].split("</form>")[0]
+    assert '<option value="default" selected>' in form
+    assert 'title="For your setup"' in page
+    assert f'href="/m/{catalog.changed.repo_id}/?thinking=default"' in page
+    # Where the thinking menu holds a filter, an explicit typical client is what keeps the
+    # setup: its menu shows it chosen, so the next change sends it again.
+    kept = client.get("/", {"client": "typical", "thinking": "safe_on"})
+    assert kept.status_code == 200
+    assert '<option value="typical" selected>' in kept.content.decode()
 
 
 def test_a_repo_the_hub_never_had_is_not_listed(client: Client, catalog: Catalog) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.conf import settings
@@ -606,6 +607,42 @@ def test_links_and_polls_from_a_model_page_keep_the_readers_setup(
     body = client.get(f"/m/{PENDING_REPO}/", {"engine": "hybrid"}).content.decode()
     [poll] = re.findall(r'<div id="check-status" hx-get="([^"]*)"', body)
     assert poll == f"/m/{PENDING_REPO}/?engine=hybrid"
+
+
+def location(response: Any) -> tuple[str, dict[str, list[str]]]:
+    """A redirect's path and its query parameters."""
+    assert response.status_code == 301, response.status_code
+    moved = urlsplit(response["Location"])
+    return moved.path, parse_qs(moved.query)
+
+
+def test_a_setup_spelt_otherwise_has_the_one_address_its_links_use(
+    client: Client, catalog: Catalog
+) -> None:
+    """`?client=typical` chose the typical setup, judged alone; the page's own links spelt it
+    "" (the headline, every setting) and a chip led away from it. A typical value is the absent
+    one; a setup of them alone is `?thinking=default`, and any other spelling (the form's
+    three values) is sent there once, so one copy is cached."""
+    base = f"/m/{catalog.changed.repo_id}/"
+    for given in ({"client": "typical"}, {"engine": "trimmable", "thinking": "default"}):
+        assert location(client.get(base, given)) == (base, {"thinking": ["default"]})
+    form = {"client": "reasoning_content", "engine": "hybrid", "thinking": "default"}
+    assert location(client.get(base, form)) == (
+        base,
+        {"client": ["reasoning_content"], "engine": ["hybrid"]},
+    )
+    page = client.get(base, {"thinking": "default"})
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "Your setup:" in body and "Ignored" not in body
+    # The default setting's chip keeps the setup chosen when another setting is.
+    on = client.get(base, {"thinking": "on"}).content.decode()
+    assert f'<a href="{base}?thinking=default#setup">' in on
+    assert f'<a href="{base}#setup">' not in on
+    # An unknown value is ignored with the note, and not redirected.
+    stale = client.get(base, {"engine": "quantum", "client": "typical"})
+    assert stale.status_code == 200
+    assert "Ignored: unknown engine &#x27;quantum&#x27;" in stale.content.decode()
 
 
 def test_a_model_in_other_letters_has_one_address(client: Client, catalog: Catalog) -> None:

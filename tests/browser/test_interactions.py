@@ -70,6 +70,26 @@ def test_filters_apply_on_change_and_survive_a_reload(
     expect(page.locator("#results a.repo")).to_have_count(5)
 
 
+def test_a_link_with_the_typical_client_keeps_its_setup_through_a_filter_change(
+    page: Any, live_server: Any, catalog: Catalog
+) -> None:
+    """`/?client=typical` judges the typical setup alone ("For your setup"), but the client
+    menu, whose empty choice reads "Typical", showed no choice of it: the next filter change
+    sent `client=`, and the rows went back to the headline's verdicts."""
+    page.goto(live_server.url + "/?client=typical")
+    expect(page.get_by_label("Your client")).to_have_value("")  # "Typical"
+    page.get_by_label("Verdict").select_option("safe")
+    expect(page).to_have_url(re.compile(r"verdict=safe"))
+    expect(page).to_have_url(re.compile(r"thinking=default"))
+    expect(page.get_by_label("Thinking")).to_have_value("default")
+    setup_badges = page.locator('#results tbody [title="For your setup"]')
+    expect(setup_badges.first).to_be_visible()
+    expect(page.locator("#results tbody tr")).to_have_count(setup_badges.count())
+    # Each row opens its model page judging the same setup, not the headline.
+    page.locator("#results a.repo").first.click()
+    expect(page.locator("#setup")).to_contain_text("Your setup:")
+
+
 def test_back_shows_the_form_as_the_url_says(page: Any, live_server: Any, catalog: Catalog) -> None:
     """Search, filter, sort, then Back: the form and the results are those of the URL gone
     back to, and a change from there searches again."""

@@ -286,3 +286,18 @@ def test_a_setup_where_some_conversations_do_not_render_names_them_in_any_surfac
         "4 of the conversations replayed do not render at all (parallel_tool_calls, "
         "reasoning_tool_round, tool_round, tool_rounds): this verdict is for the others."
     ) in chosen.sentence
+
+
+def test_a_link_to_a_setup_of_headline_values_still_chooses_it() -> None:
+    """The typical client and the trimmable engine are left out of a link; a setup of the
+    headline's values alone is spelt `?thinking=default`. It was spelt "", the headline, which
+    counts every setting: the catalog's rows and the model page's chips linked away from the
+    setup they were for."""
+    assert Setup().query() == "?thinking=default"
+    assert Setup(thinking="on").query(thinking="default") == "?thinking=default"
+    assert Setup(engine=HYBRID).query() == "?engine=hybrid"
+    assert Setup(client="reasoning_content", engine=HYBRID, thinking="on").query() == (
+        "?client=reasoning_content&engine=hybrid&thinking=on"
+    )
+    assert Setup(engine=HYBRID).params == {"engine": HYBRID}
+    assert Setup().params == {"thinking": "default"}
