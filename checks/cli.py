@@ -56,6 +56,7 @@ from checks.setups import (
     Setup,
     is_chosen,
     reply_fate,
+    setup_value,
     setup_verdict,
 )
 from checks.sources import SourceError, decode_text, load_repository
@@ -97,10 +98,20 @@ def _parser() -> argparse.ArgumentParser:
         "your setup", "judge (and gate with --fail-on) for your client, engine and setting"
     )
     # No defaults here: an option given, even with the typical value, chooses a setup (as
-    # ?thinking=default does on the site); one left out takes the typical value.
-    setup.add_argument("--client", choices=PROFILE_NAMES, help=f"default: {TYPICAL.name}")
-    setup.add_argument("--engine", choices=CACHE_CLASSES, help=f"default: {TRIMMABLE}")
-    setup.add_argument("--thinking", choices=THINKING_CHOICES, help=f"default: {THINKING_DEFAULT}")
+    # ?thinking=default does on the site); one left out takes the typical value. Each value is
+    # read as the site reads it (`setup_value`: stripped, then one of the choices exactly).
+    setup.add_argument(
+        "--client", type=setup_value, choices=PROFILE_NAMES, help=f"default: {TYPICAL.name}"
+    )
+    setup.add_argument(
+        "--engine", type=setup_value, choices=CACHE_CLASSES, help=f"default: {TRIMMABLE}"
+    )
+    setup.add_argument(
+        "--thinking",
+        type=setup_value,
+        choices=THINKING_CHOICES,
+        help=f"default: {THINKING_DEFAULT}",
+    )
     parser.add_argument("--version", action="version", version=f"checks {ENGINE_VERSION}")
     return parser
 

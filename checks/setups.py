@@ -50,12 +50,26 @@ THINKING_WORDS = {
 SETUP_PARTS = ("client", "engine", "thinking")
 
 
+def setup_value(value: str | None) -> str:
+    """A setup part as given, without the whitespace around it (a value pasted from a link,
+    `?engine=%20hybrid`), "" for none. Every surface reads a part through this, then validates
+    it exactly: the pages, the badge, the API's schemas and the CLI's options."""
+    return (value or "").strip()
+
+
+def given_parts(params: Any) -> dict[str, str]:
+    """The setup parts `params` (a QueryDict, the CLI's options) give, through `setup_value`;
+    a part left blank (`?client=`, as the catalog's form sends the typical client) is left out."""
+    found = {part: setup_value(params.get(part)) for part in SETUP_PARTS}
+    return {part: value for part, value in found.items() if value}
+
+
 def is_chosen(params: Any) -> bool:
-    """Whether `params` (a QueryDict, the CLI's options) choose a setup: any part given, even
-    with the headline's value. `?thinking=default` asks for the template's defaults alone; the
-    headline verdict counts every setting a caller meets. The catalog, the API, the model page,
-    the badge and the CLI all judge a chosen setup by its own verdict."""
-    return any(params.get(part) for part in SETUP_PARTS)
+    """Whether `params` choose a setup: any part given, even with the headline's value.
+    `?thinking=default` asks for the template's defaults alone; the headline verdict counts
+    every setting a caller meets. The catalog, the API, the model page, the badge and the CLI
+    all judge a chosen setup by its own verdict."""
+    return bool(given_parts(params))
 
 
 class SetupError(ValueError):
@@ -70,10 +84,12 @@ class Setup:
 
     @classmethod
     def parse(cls, params: Any) -> Setup:
-        """From a mapping (a QueryDict, CLI options); missing keys take the headline's value."""
-        client = params.get("client") or TYPICAL.name
-        engine = params.get("engine") or TRIMMABLE
-        thinking = params.get("thinking") or THINKING_DEFAULT
+        """From a mapping (a QueryDict, CLI options), each part through `setup_value`; missing
+        or blank parts take the headline's value."""
+        given = given_parts(params)
+        client = given.get("client", TYPICAL.name)
+        engine = given.get("engine", TRIMMABLE)
+        thinking = given.get("thinking", THINKING_DEFAULT)
         for name, value, known in (
             ("client", client, PROFILE_NAMES),
             ("engine", engine, CACHE_CLASSES),

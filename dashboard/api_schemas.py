@@ -17,6 +17,7 @@ from django.db import models
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
@@ -29,6 +30,7 @@ from pydantic_core import CoreSchema, core_schema
 from checks.clients import PROFILE_NAMES
 from checks.reuse import CACHE_CLASSES
 from checks.setups import THINKING_CHOICES as SETUP_THINKING
+from checks.setups import setup_value
 from registry.models import (
     REPO_ID_INPUT_PATTERN,
     CheckStatus,
@@ -210,16 +212,21 @@ class QueryParams(BaseModel):
     model_config = ConfigDict(json_schema_extra=lambda schema: _drop_null(schema))
 
 
+#: A part of the reader's setup (`client`, `engine`, `thinking`) is read as every surface reads
+#: it (`checks.setups.setup_value`: the whitespace around it dropped), then matched exactly.
+SetupPart = BeforeValidator(setup_value)
+
+
 class SetupParams(QueryParams):
     """The reader's setup (the model page takes the same): each left out takes the headline's."""
 
-    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True)] | None = Field(
+    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True), SetupPart] | None = Field(
         None, description="Client profile; default: typical (drops reasoning)"
     )
-    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True)] | None = Field(
+    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True), SetupPart] | None = Field(
         None, description="Engine cache class; default: trimmable"
     )
-    thinking: Annotated[str, OneOf(SETUP_THINKING, blank=True)] | None = Field(
+    thinking: Annotated[str, OneOf(SETUP_THINKING, blank=True), SetupPart] | None = Field(
         None, description="Template setting: default, off or on (enable_thinking)"
     )
 
@@ -233,16 +240,16 @@ class CatalogFilters(QueryParams):
     verdict: Annotated[str, _choices(Verdict, blank=True)] | None = Field(
         None, description="Verdict"
     )
-    thinking: Annotated[str, OneOf(THINKING_CHOICES, blank=True)] | None = Field(
+    thinking: Annotated[str, OneOf(THINKING_CHOICES, blank=True), SetupPart] | None = Field(
         None,
         description="safe_on, safe_off (cache-safe with thinking on/off), none (no switch), "
         "same or differs (the verdict does / does not depend on it); default, off or on: the "
         "template setting of your setup (verdict and rows follow it)",
     )
-    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True)] | None = Field(
+    client: Annotated[str, OneOf(PROFILE_NAMES, blank=True), SetupPart] | None = Field(
         None, description="Your client profile: verdict and rows follow this setup"
     )
-    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True)] | None = Field(
+    engine: Annotated[str, OneOf(CACHE_CLASSES, blank=True), SetupPart] | None = Field(
         None, description="Your engine cache class: verdict and rows follow this setup"
     )
     hybrid: Annotated[str, OneOf(HYBRID_CHOICES, blank=True)] | None = Field(

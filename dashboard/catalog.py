@@ -30,6 +30,7 @@ from checks.setups import (
     THINKING_ON,
     THINKING_WORDS,
     Setup,
+    given_parts,
 )
 from registry.models import (
     SEARCH_TERMS,
@@ -230,12 +231,14 @@ class CatalogQuery:
 
     @classmethod
     def from_params(cls, params: QueryDict) -> CatalogQuery:
+        # The setup's parts as every surface reads them (checks.setups.setup_value).
+        setup = given_parts(params)
         return cls(
             q=params.get("q", "").strip()[:200],
             verdict=_choice(params.get("verdict"), VERDICTS),
-            thinking=_choice(params.get("thinking"), THINKING_CHOICES),
-            client=_choice(params.get("client"), CLIENT_CHOICES),
-            engine=_choice(params.get("engine"), ENGINE_CHOICES),
+            thinking=_choice(setup.get("thinking"), THINKING_CHOICES),
+            client=_choice(setup.get("client"), CLIENT_CHOICES),
+            engine=_choice(setup.get("engine"), ENGINE_CHOICES),
             hybrid=_choice(params.get("hybrid"), HYBRID_CHOICES),
             format=_choice(params.get("format"), FORMAT_CHOICES),
             drift=_choice(params.get("drift"), DRIFT_CHOICES),

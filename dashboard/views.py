@@ -24,7 +24,9 @@ from checks.setups import (
     THINKING_WORDS,
     Setup,
     SetupError,
+    given_parts,
     is_chosen,
+    setup_value,
     setup_verdict,
 )
 from checks.setups import (
@@ -163,7 +165,7 @@ def setup_address(request: HttpRequest, spelling: dict[str, str] | None) -> Http
     they already are, or for `spelling` None. `?client=typical`, the model page's form's three
     values, or spaces from a pasted link would each be a page of their own, in the page cache
     (keyed by URL) as in shared links."""
-    given = {part: request.GET[part] for part in SETUP_PARTS if request.GET.get(part)}
+    given = {part: request.GET[part] for part in SETUP_PARTS if setup_value(request.GET.get(part))}
     if spelling is None or given == spelling:
         return None
     query = request.GET.copy()
@@ -285,10 +287,7 @@ def reader_setup(request: HttpRequest) -> tuple[Setup, str]:
         pass
     kept: dict[str, str] = {}
     errors: list[str] = []
-    for name in SETUP_CHOICES:
-        value = request.GET.get(name)
-        if not value:
-            continue
+    for name, value in given_parts(request.GET).items():
         try:
             Setup.parse({name: value})
         except SetupError as exc:

@@ -213,6 +213,28 @@ def test_badge_takes_the_readers_setup(client: Client, catalog: Catalog) -> None
     assert "prompt cache: unknown setup in the URL" in bogus.content.decode()
 
 
+def test_a_setup_value_with_spaces_around_it_is_read_stripped_by_the_api_and_the_badge(
+    client: Client, catalog: Catalog
+) -> None:
+    """`?engine=%20hybrid` from a pasted link: the API refused it (400) and so did the badge,
+    where the catalog applied it. Stripped, then validated exactly, as every surface does."""
+    url = f"/api/models/{catalog.unsafe.repo_id}"
+    spaced = get_json(client, url, engine=" hybrid", thinking="off ")["setup"]
+    exact = get_json(client, url, engine="hybrid", thinking="off")["setup"]
+    assert spaced == exact and (spaced["engine"], spaced["thinking"]) == ("hybrid", "off")
+    listed = get_json(client, "/api/models", engine="hybrid ", verdict="unsafe")
+    exact_rows = get_json(client, "/api/models", engine="hybrid", verdict="unsafe")["results"]
+    assert listed["results"] == exact_rows
+    assert {r["setup_verdict"] for r in listed["results"]} == {"unsafe"}
+    badge = client.get(f"/badge/{catalog.unsafe.repo_id}.svg", {"engine": " block "})
+    assert badge.status_code == 200 and badge_verdict(badge) == "breaks"
+    # A value that is still unknown once stripped keeps its clear refusal.
+    refused = client.get(url, {"engine": " quantum "})
+    assert refused.status_code == 400 and "engine" in refused.json()["error"]["message"]
+    bogus = client.get(f"/badge/{catalog.unsafe.repo_id}.svg", {"thinking": " maybe"})
+    assert bogus.status_code == 400 and badge_verdict(bogus) == "unknown setup in the URL"
+
+
 #: Safe with the template's defaults and with enable_thinking=true; breaks with
 #: enable_thinking=false (the generation prompt writes an empty think block, history does not).
 THINK_OFF_BREAKS = (

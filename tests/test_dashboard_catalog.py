@@ -258,6 +258,21 @@ def test_a_setup_of_typical_values_keeps_its_menus_links_and_one_address(
     assert '<option value="typical" selected>' in kept.content.decode()
 
 
+def test_a_setup_value_with_spaces_around_it_is_applied_at_its_clean_address(
+    client: Client, catalog: Catalog
+) -> None:
+    """The catalog applied `?engine=%20hybrid` where the model page ignored it and the API
+    refused it; now every surface strips it. The catalog sends it to the clean URL, which its
+    links use; a value still unknown once stripped stays in the URL, ignored and said so."""
+    moved = client.get("/", {"engine": " hybrid", "thinking": "off "})
+    assert moved.status_code == 301
+    found = urlsplit(moved["Location"])
+    assert parse_qs(found.query) == {"engine": ["hybrid"], "thinking": ["off"]}
+    stale = client.get("/", {"engine": " quantum"})
+    assert stale.status_code == 200
+    assert "engine=quantum" in stale.content.decode()
+
+
 def test_a_repo_the_hub_never_had_is_not_listed(client: Client, catalog: Catalog) -> None:
     """Anyone may ask to track a name: a made-up one, which the Hub says it does not have,
     stays out of the catalog and the API's list; its page says what the Hub answered. A repo

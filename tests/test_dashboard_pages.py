@@ -645,6 +645,23 @@ def test_a_setup_spelt_otherwise_has_the_one_address_its_links_use(
     assert "Ignored: unknown engine &#x27;quantum&#x27;" in stale.content.decode()
 
 
+def test_a_setup_value_with_spaces_around_it_is_read_stripped(
+    client: Client, catalog: Catalog
+) -> None:
+    """`?engine=%20hybrid` from a pasted link: the model page ignored it with a note, where the
+    catalog applied it and the API refused it. Stripped, then validated exactly: the page sends
+    it to its clean spelling; a value still unknown once stripped keeps the note."""
+    base = f"/m/{catalog.changed.repo_id}/"
+    spaced = client.get(base, {"engine": " hybrid", "thinking": "off "})
+    assert location(spaced) == (base, {"engine": ["hybrid"], "thinking": ["off"]})
+    body = client.get(base, {"engine": "hybrid\t"}, follow=True).content.decode()
+    panel = body.split('id="setup"')[1].split("</ul>")[0]
+    assert '<option value="hybrid" selected>' in panel and "Ignored" not in body
+    stale = client.get(base, {"engine": " quantum", "client": "reasoning_content"})
+    assert stale.status_code == 200
+    assert "Ignored: unknown engine &#x27;quantum&#x27;" in stale.content.decode()
+
+
 def test_a_model_in_other_letters_has_one_address(client: Client, catalog: Catalog) -> None:
     """The Hub's ids are case-insensitive, and the API found a model in any case; its page,
     badge and feed answered 404, the page offering to track what is tracked."""

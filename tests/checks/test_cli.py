@@ -366,6 +366,19 @@ def test_json_carries_the_verdict_for_the_readers_setup(tmp_path: Path) -> None:
     assert hybrid["setup"]["sentence"].startswith("Breaks the cache for a client that")
 
 
+def test_a_setup_option_is_read_without_the_spaces_around_it(tmp_path: Path) -> None:
+    """`--engine " hybrid"` (a value pasted from a link) was refused as an invalid choice; the
+    site reads the same value stripped, so the CLI does too. One still unknown is refused."""
+    path = tmp_path / "last.jinja"
+    path.write_text(REASONING_ON_LAST)
+    found = run(str(path), "--json", "--engine", " hybrid", "--thinking", "default ")
+    [result] = results(found)
+    assert (result["setup"]["engine"], result["setup"]["thinking"]) == ("hybrid", "default")
+    assert result["setup"]["verdict"] == "unsafe"
+    unknown = run(str(path), "--engine", " quantum ")
+    assert unknown.returncode == 2 and "invalid choice: 'quantum'" in unknown.stderr
+
+
 def test_the_venv_runs_the_cli_from_any_folder(tmp_path: Path) -> None:
     """A CI job runs the gate from its own checkout: the venv `make install` built finds the
     project from there, with no PYTHONPATH (README, "As a gate in CI")."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from checks.reuse import (
     reused,
     reused_by_class,
 )
-from checks.setups import Setup, setup_verdict
+from checks.setups import Setup, SetupError, is_chosen, setup_verdict
 from checks.sources import TemplateSource
 from tests.checks.conftest import CHATML
 
@@ -286,6 +287,24 @@ def test_a_setup_where_some_conversations_do_not_render_names_them_in_any_surfac
         "4 of the conversations replayed do not render at all (parallel_tool_calls, "
         "reasoning_tool_round, tool_round, tool_rounds): this verdict is for the others."
     ) in chosen.sentence
+
+
+def test_a_setup_value_is_read_without_the_spaces_around_it() -> None:
+    """A pasted link (`?engine=%20hybrid`, `?thinking=off%20`): the catalog applied it, the
+    model page ignored it, the API refused it. Stripped, then validated exactly, everywhere."""
+    assert Setup.parse({"engine": " hybrid", "thinking": "off "}) == Setup(
+        engine=HYBRID, thinking="off"
+    )
+    assert is_chosen({"engine": "\thybrid\n"})
+    # Only spaces: as blank as `?client=`, the headline's value and no setup chosen.
+    assert not is_chosen({"client": "  ", "engine": None})
+    assert Setup.parse({"client": "  "}) == Setup()
+    # Still unknown once stripped: the same error as before, naming the value without spaces.
+    with pytest.raises(SetupError, match=r"unknown engine 'quantum': use one of trimmable"):
+        Setup.parse({"engine": " quantum "})
+    # Inside the value, a space is part of it.
+    with pytest.raises(SetupError, match="unknown client"):
+        Setup.parse({"client": "reasoning content"})
 
 
 def test_a_link_to_a_setup_of_headline_values_still_chooses_it() -> None:
