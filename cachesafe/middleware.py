@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
@@ -28,15 +28,17 @@ class HeadWithoutBodyMiddleware:
     it, gunicorn drops it with a warning in the log for each request (uptime checkers send
     HEAD every few seconds). Outermost, so the headers are final when the body goes.
 
-    The JSON API's routes are declared for GET alone, and django-ninja answered a HEAD with
-    405: on API paths a HEAD is served as the GET it stands for (Django's own views do the
-    same, `View.head = View.get`), then its body dropped here."""
+    Every route that answers GET answers HEAD: a HEAD is served as the GET it stands for
+    (Django's own views do the same, `View.head = View.get`), then its body dropped here. The
+    JSON API's routes are declared for GET alone (django-ninja answered a HEAD with 405), and
+    so are the alerts links that take GET and POST (`require_http_methods`). A 405 that allows
+    GET therefore lists HEAD in its `Allow` too, as it would have to say."""
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method == "HEAD" and is_api_path(request.path):
+        if request.method == "HEAD":
             request.method = "GET"
             try:
                 response = self.get_response(request)
@@ -44,7 +46,15 @@ class HeadWithoutBodyMiddleware:
                 request.method = "HEAD"
         else:
             response = self.get_response(request)
-        if request.method == "HEAD" and not response.streaming:
+        if response.status_code == 405:
+            allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
+            if "GET" in allowed and "HEAD" not in allowed:
+                response["Allow"] = ", ".join([*allowed, "HEAD"])
+        if request.method == "HEAD" and isinstance(response, StreamingHttpResponse):
+            # A file (WhiteNoise's static files) has its Content-Length; it is closed with
+            # the answer, unread.
+            response.streaming_content = ()
+        elif request.method == "HEAD":
             if not response.has_header("Content-Length"):
                 response["Content-Length"] = str(len(response.content))
             response.content = b""

@@ -128,7 +128,7 @@ def test_list_refuses_other_methods(client: Client) -> None:
         error = error_of(method("/api/models"), 405)
         assert error["code"] == "method_not_allowed"
     response = client.delete("/api/models")
-    assert set(response["Allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+    assert set(response["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "POST"}
     # Before any CSRF check: the API takes no cookies, so a 403 would only mislead.
     strict = Client(enforce_csrf_checks=True)
     assert error_of(strict.put("/api/models/acme/chat"), 405)["code"] == "method_not_allowed"

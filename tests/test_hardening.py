@@ -135,7 +135,18 @@ def test_the_banner_serves_a_stale_status_while_a_slow_check_runs(
         release.set()
 
 
-def test_a_head_gets_the_headers_of_a_get_and_no_body(catalog: Catalog) -> None:
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [
+        ("/", "200 OK"),
+        ("/api/probes", "200 OK"),  # a GET route to django-ninja
+        ("/alerts/confirm/no-such-token/", "400 Bad Request"),  # a GET and POST route
+        ("/static/favicon.svg", "200 OK"),  # WhiteNoise's file, streamed
+    ],
+)
+def test_a_head_gets_the_headers_of_a_get_and_no_body(
+    catalog: Catalog, path: str, answer: str
+) -> None:
     """Through the WSGI handler as a server calls it (the test client drops a HEAD's body
     itself, so it would hide a body sent): no body bytes, GET's Content-Length."""
     from django.core.handlers.wsgi import WSGIHandler
@@ -152,7 +163,7 @@ def test_a_head_gets_the_headers_of_a_get_and_no_body(catalog: Catalog) -> None:
             answered["status"], answered["headers"] = status, dict(headers)
             return lambda data: None
 
-        environ = RequestFactory().generic(method, "/").environ
+        environ = RequestFactory().generic(method, path).environ
         # As the test client does: the test's transaction must outlive the request.
         request_started.disconnect(close_old_connections)
         request_finished.disconnect(close_old_connections)
@@ -167,6 +178,6 @@ def test_a_head_gets_the_headers_of_a_get_and_no_body(catalog: Catalog) -> None:
 
     status, headers, body = call("HEAD")
     got_status, got_headers, got_body = call("GET")
-    assert status == got_status == "200 OK"
+    assert status == got_status == answer
     assert body == b"" and got_body
     assert headers["Content-Length"] == str(len(got_body))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -27,6 +29,30 @@ def test_head_works_wherever_get_does(client: Client, catalog: Catalog) -> None:
         assert head.status_code == get.status_code != 405, path
         assert head.content == b"" and head["Content-Length"] == str(len(get.content)), path
         assert head["Content-Type"] == get["Content-Type"], path
+
+
+def allowed(response: Any) -> set[str]:
+    assert response.status_code == 405, response.status_code
+    return {method.strip() for method in response["Allow"].split(",")}
+
+
+def test_a_405_lists_head_wherever_get_is_allowed(client: Client, catalog: Catalog) -> None:
+    """The API's routes answer HEAD (as the GET it stands for), but their 405 said
+    `Allow: GET`; the alerts links that take GET and POST refused HEAD itself. A route that
+    answers GET answers HEAD, and a 405 says so."""
+    for path in ("/", f"/badge/{catalog.unsafe.repo_id}.svg", "/api/probes", "/api/"):
+        assert allowed(client.post(path)) == {"GET", "HEAD"}, path
+        assert client.head(path).status_code == client.get(path).status_code == 200, path
+    assert allowed(client.delete("/api/models")) == {"GET", "HEAD", "POST"}
+    # POST-only routes list no GET, and no HEAD with it.
+    assert allowed(client.get("/hooks/hub")) == {"POST"}
+    assert allowed(client.head("/discovery/run")) == {"POST"}
+    # GET shows a confirm form, POST acts: HEAD is answered as GET is (here a bad link's 400).
+    for path in ("/alerts/confirm/no-such-token/", "/alerts/unsubscribe/no-such-token/"):
+        head, get = client.head(path), client.get(path)
+        assert head.status_code == get.status_code == 400, path
+        assert head.content == b"" and head["Content-Length"] == str(len(get.content)), path
+        assert allowed(client.put(path)) == {"GET", "HEAD", "POST"}, path
 
 
 def test_a_page_and_its_htmx_fragment_vary_on_hx_request(client: Client, catalog: Catalog) -> None:
