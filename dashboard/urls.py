@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from django.urls import path, re_path, register_converter
+from django.views.decorators.http import require_safe
 
 from . import api, api_errors, discovery, feeds, staff, views
 
@@ -49,7 +50,11 @@ urlpatterns = [
         views.model_pair_latest,
         name="model_pair",
     ),
-    path("m/<repo:org>/<repo:name>/changes.atom", feeds.ModelChanges(), name="model_feed"),
+    path(
+        "m/<repo:org>/<repo:name>/changes.atom",
+        require_safe(feeds.ModelChanges()),
+        name="model_feed",
+    ),
     path("m/<repo:org>/<repo:name>/resync", staff.resync, name="model_resync"),
     path("m/<repo:org>/<repo:name>/recheck", staff.recheck, name="model_recheck"),
     path("m/<repo:org>/<repo:name>/probe", staff.probe, name="model_probe"),
@@ -65,8 +70,10 @@ urlpatterns = [
     ),
     path("t/<sha:sha256>/vs/<sha:old_sha256>/", views.version_diff, name="version_diff"),
     path("badge/<repo:org>/<repo:name>.svg", views.badge, name="badge"),
-    path("feeds/changes.atom", feeds.AllChanges(), name="feed"),
-    path("feeds/authors/<repo:author>.atom", feeds.AuthorChanges(), name="author_feed"),
+    path("feeds/changes.atom", require_safe(feeds.AllChanges()), name="feed"),
+    path(
+        "feeds/authors/<repo:author>.atom", require_safe(feeds.AuthorChanges()), name="author_feed"
+    ),
     # The JSON API and the Hub webhook (api.py, with the schema generated from it), then a JSON
     # 404 for any other path under them: an API client never gets the site's HTML pages.
     *api.urlpatterns(),

@@ -6,12 +6,14 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 
 from . import tracking
 from .forms import TrackForm
 from .models import HubModel
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 def track_page(request: HttpRequest) -> HttpResponse:
     """GET shows the form and the latest tracked repos; POST tracks one and queues its sync."""
     # Bound on any POST, an empty one too (its errors say what is missing).

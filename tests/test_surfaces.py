@@ -44,6 +44,13 @@ def test_a_405_lists_head_wherever_get_is_allowed(client: Client, catalog: Catal
         assert allowed(client.post(path)) == {"GET", "HEAD"}, path
         assert client.head(path).status_code == client.get(path).status_code == 200, path
     assert allowed(client.delete("/api/models")) == {"GET", "HEAD", "POST"}
+    # The feeds and the track form answered any method (a PUT with the feed, a DELETE with
+    # the form).
+    feeds = ("/feeds/changes.atom", f"/m/{catalog.unsafe.repo_id}/changes.atom")
+    for path in (*feeds, f"/feeds/authors/{catalog.unsafe.author}.atom"):
+        assert allowed(client.put(path)) == {"GET", "HEAD"}, path
+        assert client.head(path).status_code == 200, path
+    assert allowed(client.delete("/track/")) == {"GET", "HEAD", "POST"}
     # POST-only routes list no GET, and no HEAD with it.
     assert allowed(client.get("/hooks/hub")) == {"POST"}
     assert allowed(client.head("/discovery/run")) == {"POST"}
