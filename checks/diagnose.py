@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.attribution import render_with_spans, span_at
+from checks.sources import no_default_error
 
 NONE = "none"
 SYSTEM_CHANGED = "system_changed"
@@ -719,14 +720,16 @@ def diagnose_source(
     max_output_chars: int | None = None,
 ) -> list[PairDiagnosis]:
     """Diagnose with a `TemplateSource` (the sandbox worker runs this). transformers' choice of
-    named template: `tool_use` for requests that pass tools, else `default`."""
+    named template: `tool_use` for requests that pass tools, else `default` (none: it raises)."""
     from checks.options import DEFAULT_MAX_OUTPUT_CHARS
     from checks.rendering import normalize_messages, template_context
 
     def pick(request: ClientRequest) -> str:
         if request.tools and "tool_use" in source.templates:
             return "tool_use"
-        return "default" if "default" in source.templates else next(iter(source.templates))
+        if "default" not in source.templates:
+            raise ValueError(no_default_error(source.templates))
+        return "default"
 
     def context(request: ClientRequest, add_generation_prompt: bool) -> dict[str, Any]:
         return template_context(

@@ -46,7 +46,6 @@ from checks.rendering import (
     template_context,
 )
 from checks.reports import (
-    ERROR,
     HISTORY,
     Finding,
     RequestPair,
@@ -57,7 +56,7 @@ from checks.reports import (
 )
 from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused, shared_prefixes_with
 from checks.seedcheck import run_seed_check
-from checks.sources import TemplateSource
+from checks.sources import DEFAULT, TOOL_USE, TemplateSource, no_default_error
 from checks.variants import (
     Variant,
     kwargs_read,
@@ -229,12 +228,26 @@ class Renderer:
     def _tools_key(self, tools: list[dict[str, Any]] | None) -> str | bool:
         return False if tools is None else self._tool_list(tools)[1]
 
-    def resolve(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str:
-        """The named template transformers would use: `tool_use` when tools are passed."""
+    def pick(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str | None:
+        """The named template transformers would use: `tool_use` when tools are passed; None
+        where it raises (named templates with no `default`, a request without tools)."""
         name = variant.template_name
-        if name == "default" and tools is not None and "tool_use" in self.source.templates:
-            return "tool_use"
+        if name != DEFAULT:
+            return name
+        if tools is not None and TOOL_USE in self.source.templates:
+            return TOOL_USE
+        return DEFAULT if DEFAULT in self.source.templates else None
+
+    def resolve(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str:
+        """As `pick`; where transformers raises, RenderFailed with its words."""
+        name = self.pick(variant, tools)
+        if name is None:
+            raise RenderFailed(f"ValueError: {no_default_error(self.source.names)}")
         return name
+
+    def used(self, variant: Variant) -> set[str]:
+        """The templates a variant renders with, for requests without tools and with them."""
+        return {n for n in (self.pick(variant, None), self.pick(variant, TOOLS)) if n is not None}
 
     def template(self, name: str) -> jinja2.Template:
         text = self.source.templates[name]
@@ -288,7 +301,10 @@ class Renderer:
         name = self.resolve(variant, tools)
         tick = self._tick(name, tick)
         key = (
-            variant,
+            # By the template it resolves to: the caller who names none shares the renders of
+            # `tool_use` named.
+            name,
+            variant.kwargs,
             self._request(messages)[1],
             self._tools_key(tools),
             add_generation_prompt,
@@ -404,6 +420,13 @@ def _switched_off(renderer: Renderer, variant: Variant, switch: str) -> bool:
 
 
 def reasoning_mode(renderer: Renderer, variant: Variant) -> str:
+    if renderer.pick(variant, None) is None:
+        # No `default`: without a name only requests with tools render, and their template
+        # decides (none: nothing renders).
+        named = renderer.pick(variant, TOOLS)
+        if named is None:
+            return NO_REASONING
+        variant = Variant(named, variant.kwargs)
     profile = renderer.profiles[variant.template_name]
     if not profile.reads_reasoning:
         return NO_REASONING
@@ -552,6 +575,10 @@ def run_session(
     ends = session.request_ends()
     has_calls = any(m.get("tool_calls") for m in session.messages)
     forms = client.argument_forms(has_calls)
+    try:
+        renderer.resolve(variant, tools)
+    except RenderFailed as exc:  # no template to render it with: whatever the arguments' form
+        return SessionResult(session.name, False, forms[-1], str(exc), len(ends), ())
     errors: list[str] = []
     chosen: tuple[str, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], list[str]] | None
     chosen = None
@@ -700,8 +727,7 @@ def _blame_clock(
 
 def _same_as_typical(client: ClientProfile, renderer: Renderer, variant: Variant, mode: str) -> str:
     """Why `client` renders like the typical client under this setting ("" if it may not)."""
-    names = {variant.template_name, renderer.resolve(variant, TOOLS)}
-    profiles = [renderer.profiles[name] for name in names]
+    profiles = [renderer.profiles[name] for name in renderer.used(variant)]
     if client.reasoning != TYPICAL.reasoning:
         if mode == NO_REASONING:
             return "the template never writes reasoning into history"
@@ -717,8 +743,9 @@ def run_variant(renderer: Renderer, variant: Variant) -> VariantResult:
     typical = tuple(run_session(renderer, variant, session, mode) for session in SESSIONS)
     first = policy.client_result(TYPICAL.name, typical, "", keep_sessions=False)
     clients = [first]
-    names = {variant.template_name, renderer.resolve(variant, TOOLS)}
-    reads_chunks = any(renderer.profiles[name].reads_thinking_chunks for name in names)
+    reads_chunks = any(
+        renderer.profiles[name].reads_thinking_chunks for name in renderer.used(variant)
+    )
     for client in PROFILES[1:]:
         same = _same_as_typical(client, renderer, variant, mode)
         if same:
@@ -887,7 +914,7 @@ def run_check(
         linked = findings.link_findings(drafts, variants)
     except Exception:  # noqa: BLE001 - findings are advisory; a strange AST must not cost the verdict
         linked = ()
-    verdict = policy.template_verdict(variants)
+    verdict, summary, why = policy.judge(variants, source.names)
     read = sorted({name for ast in asts.values() for name in kwargs_read(ast)})
     return TemplateReport(
         file=file,
@@ -895,8 +922,8 @@ def run_check(
         sha256=source.sha256,
         engine_version=ENGINE_VERSION,
         verdict=verdict,
-        summary=policy.summarize(verdict, variants) + _date_note(linked, variants),
-        reason=policy.error_reason(variants) if verdict == ERROR else None,
+        summary=summary + _date_note(linked, variants),
+        reason=why,
         template_names=source.names,
         kwargs_read=tuple(read),
         variants=variants,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from checks.figures import broken_pairs, setting_figure, share_figure
 from checks.reports import (
@@ -27,6 +27,7 @@ from checks.reports import (
     VariantResult,
 )
 from checks.reuse import CACHE_CLASSES, HYBRID, TRIMMABLE
+from checks.sources import DEFAULT, TOOL_USE, has_default
 
 
 def variant_verdict(sessions: Iterable[SessionResult]) -> str:
@@ -173,9 +174,10 @@ def _sessions_phrase(pairs: list[RequestPair]) -> str:
 
 
 def _kwargs_hint(variant: VariantResult) -> str:
-    if not variant.kwargs:
-        return "the default settings"
-    return f"chat_template_kwargs={json.dumps(variant.kwargs)}"
+    settings = f"chat_template_kwargs={json.dumps(variant.kwargs)}" if variant.kwargs else ""
+    if variant.template_name != DEFAULT:  # a template the caller names
+        return " and ".join(filter(None, (f'chat_template="{variant.template_name}"', settings)))
+    return settings or "the default settings"
 
 
 def _refused(variants: list[VariantResult]) -> str:
@@ -231,6 +233,45 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
             "hit depends on what the model really emits."
         )
     return " ".join(parts)
+
+
+def no_default_sentence(names: Collection[str]) -> str:
+    """What a caller of named templates none of which is `default` must know first."""
+    named = " or ".join(f'"{name}"' for name in sorted(names))
+    if TOOL_USE in names:
+        return (
+            "No default template: transformers renders a request without tools only when the "
+            f'caller names a template (chat_template={named}); with tools it uses "{TOOL_USE}".'
+        )
+    return (
+        "No default template: transformers renders a request only when the caller names a "
+        f"template (chat_template={named})."
+    )
+
+
+def judge(
+    variants: tuple[VariantResult, ...], names: Collection[str]
+) -> tuple[str, str, str | None]:
+    """The headline verdict, its summary and (errors only) the reason.
+
+    Named templates with no `default`: a caller who names none gets an error for some requests
+    (every one without `tool_use`), so the verdict is what the names render, at best safe where
+    it renders, and the summary says first that a name is needed."""
+    judged = variants
+    if not has_default(names):
+        judged = tuple(v for v in variants if v.template_name != DEFAULT)
+    verdict = template_verdict(judged)
+    summary = summarize(verdict, judged)
+    reason = error_reason(judged) if verdict == ERROR else None
+    if judged is not variants:
+        verdict, summary = without_default(verdict), f"{no_default_sentence(names)} {summary}"
+    return verdict, summary, reason
+
+
+def without_default(verdict: str) -> str:
+    """The verdict of named templates none of which is `default`, from the worst of them: a
+    caller who names none gets an error for some requests, so safe at best where it renders."""
+    return SAFE_WHERE_RENDERABLE if verdict == SAFE else verdict
 
 
 _CLIENT_WORDS = {

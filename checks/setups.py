@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.clients import PROFILE_NAMES, PROFILES, TYPICAL
-from checks.policy import is_primary
+from checks.policy import error_reason, is_primary
 from checks.reports import (
     ERROR,
     SAFE,
@@ -255,7 +255,7 @@ def _sentence(
         note = client.note if client is not None else "not measured by this engine version"
         return f"Does not apply to this template: {note}."
     if verdict == ERROR:
-        return f"With {variant.label}, nothing renders."
+        return f"With {variant.label}, nothing renders ({error_reason([variant]).rstrip('.')})."
     if verdict in (SAFE, SAFE_WHERE_RENDERABLE):
         parts = [
             f"Cache-safe for {who} on {where}, with {variant.label} ({_kwargs_hint(variant)})."

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,10 @@ SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 #: Files whose content decides a repository's templates (besides TEMPLATE_DIR/*.jinja).
 TEMPLATE_FILES = (CHAT_TEMPLATE_JINJA, TOKENIZER_CONFIG, CHAT_TEMPLATE_JSON, SPECIAL_TOKENS_MAP)
 MAX_NAMED_TEMPLATES = 32
+#: The template transformers renders when the caller names none; `tool_use` it prefers for a
+#: request that passes tools.
+DEFAULT = "default"
+TOOL_USE = "tool_use"
 
 # Special tokens transformers exposes to templates by name when the tokenizer defines them.
 SPECIAL_TOKEN_NAMES = (
@@ -63,6 +67,23 @@ class TemplateSource:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.templates)
+
+
+def has_default(names: Collection[str]) -> bool:
+    """Does a caller who names no template get one for every request? Yes for a single template
+    (or none listed by name); named templates need one named `default`, else transformers
+    raises ValueError for a request without tools (and takes `tool_use` for one with tools)."""
+    return not names or DEFAULT in names
+
+
+def no_default_error(names: Collection[str]) -> str:
+    """What transformers' `apply_chat_template` raises (ValueError) for a request without tools
+    when named templates have no `default` and the caller names none."""
+    return (
+        "This model has multiple chat templates with no default specified! Please either pass a "
+        "chat template or the name of the template you wish to use to the `chat_template` "
+        f"argument. Available template names are {sorted(names)}."
+    )
 
 
 def sha256_text(text: str) -> str:
@@ -251,8 +272,11 @@ class FoundTemplates:
     """The templates of one repository commit and the file they came from."""
 
     source_file: str
+    #: The `default` template; when named templates have none (`has_default`), the first by name
+    #: stands in for it, as the registry has always filed it (its pages never call it the default).
     default: str
-    #: Every named template when the repo has several (`default`, `tool_use`, …), else empty.
+    #: Every named template when the repo has several (`default`, `tool_use`, …) or a lone one
+    #: not named `default`, else empty.
     named: dict[str, str] = field(default_factory=dict)
     special_tokens: dict[str, str] = field(default_factory=dict)
 
@@ -274,8 +298,18 @@ def _found_in_value(path: str, value: object) -> tuple[str, dict[str, str]] | No
     templates = templates_from_value(value, path)
     if len(templates) > MAX_NAMED_TEMPLATES:
         raise SourceError(f"{path}: more than {MAX_NAMED_TEMPLATES} named chat templates")
-    default = templates.get("default", templates[sorted(templates)[0]])
-    return default, (templates if len(templates) > 1 else {})
+    return _stand_in(templates), _named(templates)
+
+
+def _stand_in(templates: dict[str, str]) -> str:
+    """`FoundTemplates.default`: the one named `default`, else the first by name."""
+    return templates.get(DEFAULT, templates[sorted(templates)[0]])
+
+
+def _named(templates: dict[str, str]) -> dict[str, str]:
+    """Named templates as transformers keeps them: a dict whatever their number, unless the
+    only one is `default` (a lone `tool_use` is no default)."""
+    return {} if list(templates) == [DEFAULT] else templates
 
 
 def _json_file(files: Mapping[str, bytes], path: str) -> dict[str, Any]:
@@ -310,8 +344,7 @@ def find_templates(files: Mapping[str, bytes]) -> FoundTemplates | None:
         named[name] = decode_text(files[path], path)
     if named:
         source = CHAT_TEMPLATE_JINJA if CHAT_TEMPLATE_JINJA in files else TEMPLATE_DIR
-        default = named.get("default", named[sorted(named)[0]])
-        return FoundTemplates(source, default, named if len(named) > 1 else {}, tokens)
+        return FoundTemplates(source, _stand_in(named), _named(named), tokens)
 
     found = _found_in_value(TOKENIZER_CONFIG, config.get("chat_template"))
     if found is not None:

@@ -239,9 +239,13 @@ def plan_variants(asts: dict[str, nodes.Template]) -> list[Variant]:
     A boolean kwarg (preserve_thinking, …) is also tried with thinking on, where it matters; a
     valued one (reasoning_effort, …) only with enable_thinking unset, to keep the count small.
     Named templates follow transformers: `default` stands for its automatic choice (`tool_use`
-    when tools are passed), any other name is checked on its own.
+    when tools are passed), any other name is checked on its own. Without a template named
+    `default` that choice is still checked (it raises for a request without tools), and
+    `tool_use` on its own too.
     """
     groups: dict[str, list[nodes.Template]] = {}
+    if "default" not in asts:
+        groups["default"] = [asts["tool_use"]] if "tool_use" in asts else []
     for name, ast in asts.items():
         auto = "default" in asts and name in ("default", "tool_use")
         groups.setdefault("default" if auto else name, []).append(ast)

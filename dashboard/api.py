@@ -264,14 +264,17 @@ def model_detail_payload(
     """The registry's fields, then the current check with variants and failures, the
     per-variant verdicts, the verdict for the reader's setup, and the latest probe (null if
     never probed)."""
+    found = model_json(model)
     snapshot = model.current_snapshot
-    check = model_check(snapshot) if snapshot else None
+    # Named templates none of which is `default` (`sha256` null): no check speaks for the model.
+    no_default = snapshot is not None and found["template"]["sha256"] is None
+    check = model_check(snapshot) if snapshot and not no_default else None
     catalog = getattr(model, "catalog_verdict", None)
     run = latest_probe(model)
     report = rebuild(check.report) if check and check.status == CheckStatus.DONE else None
     chosen = setup_verdict(report, setup or Setup()) if report is not None else None
-    return model_json(model) | {
-        "variants": catalog.variants if catalog else [],
+    return found | {
+        "variants": catalog.variants if catalog and not no_default else [],
         "setup": chosen.to_dict() if chosen else None,
         "check": check_payload(request, snapshot.default_template, check)
         if snapshot and check

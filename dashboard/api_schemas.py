@@ -559,7 +559,9 @@ class TokenizerJson(Strict):
 
 
 class CurrentTemplate(Strict):
-    sha256: str
+    sha256: str | None = Field(
+        description="The default template's; null for named templates none of which is `default`"
+    )
     source_file: str
     commit: str
     named_templates: dict[str, str]

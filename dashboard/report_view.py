@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from checks import policy
 from checks.attribution import template_lines
 from checks.clients import PROFILES
 from checks.figures import ShareFigure, share_figure
@@ -192,6 +194,13 @@ def model_sentence(model: HubModel, view: ReportView | None) -> str:
     if model.is_hybrid and view.report.verdict == "unsafe":
         sentence = f"{sentence} {HYBRID_NOTE}"
     return sentence
+
+
+def no_default_sentence(model: HubModel, names: Collection[str]) -> str:
+    """The verdict in words of a model whose named templates have none named `default`: its own
+    summary over them once it says so (one from before did not), else that a name is needed."""
+    lead = policy.no_default_sentence(names)
+    return model.verdict_summary if model.verdict_summary.startswith(lead) else lead
 
 
 def model_setup_verdict(model: HubModel, setup: Setup) -> SetupVerdict | None:

@@ -32,10 +32,12 @@ from checks.setups import (
 from checks.setups import (
     THINKING_CHOICES as SETUP_THINKING,
 )
+from checks.sources import has_default
 from registry import derivatives
 from registry.models import (
     HubModel,
     ModelStatus,
+    NamedTemplate,
     ProbeStatus,
     TemplateSnapshot,
     TemplateVersion,
@@ -66,7 +68,7 @@ from .htmx import HtmxHttpRequest
 from .page_cache import cached_page, shows
 from .pairs import PairUnavailable, pair_diff
 from .probes import ProbeQueue, ProbeView, latest_probe
-from .report_view import ReportView, model_sentence, model_setup_verdict
+from .report_view import ReportView, model_sentence, model_setup_verdict, no_default_sentence
 from .stored_reports import find_pair
 
 #: The menus of the models' own choices, read once (`.choices` builds a list on every call).
@@ -196,8 +198,10 @@ def model_context(
     snapshot: TemplateSnapshot | None,
     *,
     sync_since: datetime | None = None,
+    named: list[NamedTemplate] | None = None,
 ) -> dict[str, Any]:
-    """Everything the model page and its live partials show."""
+    """Everything the model page and its live partials show (`named`: the snapshot's named
+    templates, when the caller has read them)."""
     check = model_check(snapshot) if snapshot else None
     view = ReportView.build(snapshot.default_template, check) if snapshot else None
     line = status.status_line(model, check, has_template=snapshot is not None)
@@ -205,9 +209,17 @@ def model_context(
     # ("the Hub could not be reached …") beat the raw status reason or "no template found".
     sync_said = view is None and bool(line.sync.sentence)
     sentence = line.sync.sentence if sync_said else model_sentence(model, view)
+    if named is None:
+        names = snapshot.template_names() if snapshot else []
+    else:
+        names = [n.name for n in named]
+    # Named templates none of which is `default`: no template's report speaks for the model.
+    no_default = not has_default(names)
+    if no_default and view is not None and view.report is not None:
+        sentence = no_default_sentence(model, names)
     sync_since = sync_since or sync_requested_at(request)
     setup, setup_error = reader_setup(request)
-    chosen = setup_verdict(view.report, setup) if view is not None and view.report else None
+    chosen = setup_verdict(view.report, setup) if view and view.report and not no_default else None
     return {
         **probe_context(request, model),
         "setup": setup,
@@ -219,6 +231,7 @@ def model_context(
         "snapshot": snapshot,
         "check": check,
         "view": view,
+        "no_default": no_default,
         "sentence": sentence,
         "status_line": line,
         "sync_said": sync_said,
@@ -351,7 +364,8 @@ def model_detail(
         snapshot = get_object_or_404(
             model.snapshots.select_related("default_template"), commit_sha=commit
         )
-    context = model_context(request, model, snapshot)
+    named = history.named_templates(snapshot) if snapshot and target not in LIVE_PARTIALS else None
+    context = model_context(request, model, snapshot, named=named)
     context["pinned"] = commit is not None
     if target in LIVE_PARTIALS:
         response = render(request, f"dashboard/model.html#{target}", context)
@@ -359,7 +373,7 @@ def model_detail(
         context["timeline"] = history.timeline(model)
         context["lineage"] = lineage_context(model)
         context["gguf_files"] = gguf_context(model, snapshot)
-        context["named"] = history.named_templates(snapshot) if snapshot else []
+        context["named"] = named or []
         response = render(request, "dashboard/model.html", context)
     if context["polling"] or context["probe_polling"] or context["sync_since"]:
         # Live progress: neither our page cache nor the browser may keep this answer.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from checks.sources import has_default
+
 from .models import HubModel, TemplateChange, TemplateSnapshot
 
 
@@ -20,7 +22,8 @@ def template_json(snapshot: TemplateSnapshot | None) -> dict[str, Any] | None:
         return None
     named = {n.name: n.version.sha256 for n in snapshot.named_templates.all()}
     return {
-        "sha256": snapshot.default_template.sha256,
+        # None for named templates with no `default`: the one filed as such only stands in.
+        "sha256": snapshot.default_template.sha256 if has_default(named) else None,
         "source_file": snapshot.source_file,
         "commit": snapshot.commit_sha,
         "named_templates": named,

@@ -22,9 +22,10 @@ from django.utils import timezone
 from checks.digest import CATALOG_ROW_FIELDS, ReportDigest, digest
 from checks.engine import run_check
 from checks.options import ENGINE_VERSION
+from checks.policy import no_default_sentence, without_default
 from checks.rendering import CheckEnvironment, TemplateCache
 from checks.reports import TemplateReport
-from checks.sources import TemplateSource
+from checks.sources import TemplateSource, has_default
 
 from .derivatives import record_stale_fixes
 from .models import (
@@ -136,11 +137,17 @@ def _targets(rows: list[dict[str, Any]]) -> dict[int, _Target | None]:
             continue
         worst = max((runs[k] for k in needed), key=lambda r: VERDICT_SEVERITY[Verdict(r.verdict)])
         default_run = runs[(default, tokenizer)]
-        summary = default_run.summary
-        if worst.template_version_id != default:
+        verdict, summary = worst.verdict, default_run.summary
+        if not has_default(names):
+            # `default_template` only stands in: no template is the default to speak for.
+            name = min(n for n, v in names.items() if runs[(v, tokenizer)].verdict == verdict)
+            worst = runs[(names[name], tokenizer)]
+            verdict = without_default(verdict)
+            summary = f"{no_default_sentence(names)} Its “{name}” template: {worst.summary}"
+        elif worst.template_version_id != default:
             name = next(n for n, v in names.items() if v == worst.template_version_id)
             summary = f"{summary} Its “{name}” template: {worst.summary}"
-        targets[row["pk"]] = _Target(worst.verdict, summary, worst.pk, default_run.pk)
+        targets[row["pk"]] = _Target(verdict, summary, worst.pk, default_run.pk)
     return targets
 
 

@@ -15,11 +15,12 @@ from registry.models import (
     CheckStatus,
     HubModel,
     ModelStatus,
+    NamedTemplate,
     SourceFile,
     TemplateSnapshot,
     TemplateVersion,
 )
-from registry.verdicts import check_in_process, record_check
+from registry.verdicts import check_in_process, record_check, refresh_verdicts
 
 TOKENS = {"bos_token": "<s>", "eos_token": "<|im_end|>"}
 # Hub text that must never become markup: a script, an attribute breakout, a fake closing tag.
@@ -77,6 +78,19 @@ def add_model(
     model.save(update_fields=["current_snapshot"])
     if check:
         record_check(version, check_in_process(version, TOKENS))
+    model.refresh_from_db()
+    return model
+
+
+def without_default(model: HubModel, tool_use: TemplateVersion) -> HubModel:
+    """`model` filed as a sync files a repo whose named templates are `rag` (its template) and
+    `tool_use`, none `default`: the first by name stands in as its `default_template`."""
+    snapshot = model.current_snapshot
+    assert snapshot is not None
+    snapshot.named_templates.all().delete()
+    NamedTemplate.objects.create(snapshot=snapshot, name="rag", version=snapshot.default_template)
+    NamedTemplate.objects.create(snapshot=snapshot, name="tool_use", version=tool_use)
+    refresh_verdicts([snapshot.default_template_id, tool_use.pk], model_ids=[model.pk])
     model.refresh_from_db()
     return model
 

@@ -15,7 +15,7 @@ from django.urls import resolve, reverse
 from dashboard import api
 from dashboard import catalog as catalog_module
 from registry.models import CatalogVerdict, CheckRun, CheckStatus, HubModel
-from tests.dashboard_data import PENDING_REPO, Catalog, add_model, build_catalog
+from tests.dashboard_data import PENDING_REPO, Catalog, add_model, build_catalog, without_default
 
 pytestmark = pytest.mark.django_db
 
@@ -183,6 +183,18 @@ def test_model_detail_carries_the_check_and_probe(client: Client, catalog: Catal
     assert data["verdict"] == "unsafe"
     assert data["check"]["failures"] and data["probe"] is None
     assert [v["key"] for v in data["variants"]] == ["default"]
+
+
+def test_model_detail_without_a_default_template(client: Client, catalog: Catalog) -> None:
+    """Named `rag` and `tool_use`, none `default`: no template's hash, check or setup verdict is
+    given as the model's; its named templates are, and its verdict says a name is needed."""
+    model = without_default(catalog.safe, catalog.old_version)
+    data = get_json(client, f"/api/models/{model.repo_id}")
+    assert data["verdict"] == "safe_where_renderable"
+    assert data["verdict_summary"].startswith("No default template: transformers renders a ")
+    assert data["template"]["sha256"] is None
+    assert set(data["template"]["named_templates"]) == {"rag", "tool_use"}
+    assert (data["check"], data["setup"], data["variants"]) == (None, None, [])
 
 
 def test_model_detail_takes_the_readers_setup(client: Client, catalog: Catalog) -> None:

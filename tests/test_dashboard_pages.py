@@ -22,6 +22,7 @@ from registry.models import (
     NamedTemplate,
     TemplateChange,
     TemplateVersion,
+    Verdict,
 )
 from registry.verdicts import check_in_process, record_check
 from tests.conftest import REPO_ROOT
@@ -33,6 +34,7 @@ from tests.dashboard_data import (
     add_model,
     build_catalog,
     healthy_service,  # noqa: F401 - a fixture
+    without_default,
 )
 
 pytestmark = pytest.mark.django_db
@@ -378,6 +380,42 @@ def test_named_templates_are_listed_with_their_verdicts(
     assert f'href="/t/{catalog.old_version.sha256}/"><code>tool_use</code>' in named
     assert named.index("default") < named.index("Breaks the cache") < named.index("tool_use")
     assert "Cache-safe" in named.split("tool_use")[1]
+
+
+def test_a_model_without_a_default_template_shows_no_template_as_its_default(
+    client: Client, catalog: Catalog, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Named `rag` and `tool_use`, none `default`: transformers renders a request without tools
+    only with a template's name. The page says so with the model's verdict, over the named
+    templates, and shows no template's results (its setups, matrix, source) as the default's."""
+    usual = client.get(f"/m/{catalog.safe.repo_id}/").content.decode()
+    headings = ("Verdict for the typical setup", "Your client × your engine", "Template source")
+    assert all(heading in usual for heading in headings)
+    with django_capture_on_commit_callbacks(execute=True):  # the cached page moves on at commit
+        model = without_default(catalog.safe, catalog.old_version)
+    assert model.verdict == Verdict.SAFE_WHERE_RENDERABLE
+    body = client.get(f"/m/{model.repo_id}/").content.decode()
+    panel = body.split('id="check-status"')[1].split("</dl>")[0]
+    assert (
+        '<span class="badge badge-big badge-safe_where_renderable">Safe where it renders' in panel
+    )
+    assert (
+        "No default template: transformers renders a request without tools only when the caller "
+        "names a template (chat_template=&quot;rag&quot; or &quot;tool_use&quot;); with tools it "
+        "uses &quot;tool_use&quot;. Its “rag” template: Cache-safe"
+    ) in panel
+    assert not any(heading in body for heading in headings)
+    assert "<dt>Template</dt><dd>none is the default" in body
+    named = body.split("<dt>Named templates</dt>")[1].split("</dd>")[0]
+    assert "<code>rag</code>" in named and "<code>tool_use</code>" in named
+    # A summary stored before spoke for `rag` as if it were the default: not shown as such.
+    with django_capture_on_commit_callbacks(execute=True):
+        model.verdict_summary = "Cache-safe in every session we replayed."
+        model.save(update_fields=["verdict_summary"])
+    body = client.get(f"/m/{model.repo_id}/").content.decode()
+    sentence = body.split('id="check-status"')[1].split('<p class="sentence">')[1]
+    assert sentence.startswith("No default template: ")
+    assert sentence.split("</p>")[0].endswith("it uses &quot;tool_use&quot;.")
 
 
 def test_author_filter_links_to_the_author_feed(client: Client, catalog: Catalog) -> None:

@@ -104,6 +104,40 @@ def test_a_model_with_named_templates_waits_for_all_and_takes_the_worst(sent: li
     assert "“tool_use” template" in model.verdict_summary
 
 
+@pytest.mark.parametrize(
+    ("tool_use_verdict", "verdict", "worst"),
+    [
+        (Verdict.SAFE, Verdict.SAFE_WHERE_RENDERABLE, "rag"),
+        (Verdict.UNSAFE, Verdict.UNSAFE, "tool_use"),
+    ],
+)
+def test_a_model_whose_named_templates_have_no_default_needs_a_name(
+    sent: list[Any], tool_use_verdict: str, verdict: str, worst: str
+) -> None:
+    """Named `rag` and `tool_use`, none `default` (the first by name stands in as the snapshot's
+    template, as a sync files it): a caller who names none gets an error for requests without
+    tools, so the model is at best safe where it renders, and its summary says a name is needed
+    rather than speaking for `rag` as if it were the default."""
+    from registry.models import NamedTemplate, TemplateVersion
+
+    model = add_model("org/no-default", SAFE_TEMPLATE)
+    assert model.current_snapshot is not None
+    model.current_snapshot.named_templates.update(name="rag")
+    tool_use, _ = TemplateVersion.objects.get_or_create_for_text(UNSAFE_TEMPLATE)
+    NamedTemplate.objects.create(snapshot=model.current_snapshot, name="tool_use", version=tool_use)
+    assert pipeline.request_missing_checks() == 2
+    finish(CheckRun.objects.get(template_version=model.current_snapshot.default_template), "safe")
+    finish(CheckRun.objects.get(template_version=tool_use), tool_use_verdict)
+    model.refresh_from_db()
+    assert model.verdict == verdict
+    assert model.verdict_summary == (
+        "No default template: transformers renders a request without tools only when the "
+        'caller names a template (chat_template="rag" or "tool_use"); with tools it uses '
+        f'"tool_use". Its “{worst}” template: {tool_use_verdict if worst == "tool_use" else "safe"}'
+        " summary"
+    )
+
+
 def test_stalled_pending_runs_are_sent_again(sent: list[int]) -> None:
     add_model("org/stalled", SAFE_TEMPLATE)
     pipeline.dispatch_template_changes()

@@ -275,6 +275,32 @@ def test_named_templates_from_a_tokenizer_config_list(
     assert template["special_tokens"] == {"bos_token": "<s>", "eos_token": "</s>"}
 
 
+def test_named_templates_without_a_default(
+    fake_hub: FakeHub, sync: Callable[..., SyncResult]
+) -> None:
+    """No `default` among the named templates: transformers renders a request without tools only
+    when the caller names one. The API gives no template as the model's, only the named ones; the
+    snapshot still files the first by name, so a repo synced before reads the same as now."""
+    named = [{"name": "tool_use", "template": TOOLS}, {"name": "rag", "template": CHATML}]
+    upload(fake_hub, "org/no-default", {"tokenizer_config.json": tc(named)})
+    sync("org/no-default")
+    template = api("org/no-default")["template"]
+    assert template["sha256"] is None
+    assert template["named_templates"] == {"rag": sha(CHATML), "tool_use": sha(TOOLS)}
+    snapshot = HubModel.objects.get(repo_id="org/no-default").current_snapshot
+    assert snapshot is not None and snapshot.default_template.sha256 == sha(CHATML)
+    fake_hub.store.add_commit(
+        "org/no-default", {"special_tokens_map.json": b'{"eos_token": "</s>"}'}, "tokens"
+    )
+    assert sync("org/no-default").changes == 0
+    # A lone named template is no default either (transformers keeps it by its name).
+    lone = [{"name": "tool_use", "template": TOOLS}]
+    upload(fake_hub, "org/lone", {"tokenizer_config.json": tc(lone)})
+    sync("org/lone")
+    template = api("org/lone")["template"]
+    assert (template["sha256"], template["named_templates"]) == (None, {"tool_use": sha(TOOLS)})
+
+
 def test_chat_template_jinja_and_additional_templates_win_over_tokenizer_config(
     fake_hub: FakeHub, sync: Callable[..., SyncResult]
 ) -> None:

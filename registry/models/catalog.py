@@ -486,6 +486,10 @@ class TemplateSnapshot(models.Model):
     def __str__(self) -> str:
         return f"{self.model.repo_id}@{self.commit_sha[:8]}"
 
+    def template_names(self) -> list[str]:
+        """The names of its named templates (none for a single template): one query."""
+        return list(self.named_templates.values_list("name", flat=True))
+
     def token_strings(self) -> dict[str, str]:
         """The named special tokens, strings only (the JSON came from the Hub)."""
         tokens = self.special_tokens if isinstance(self.special_tokens, dict) else {}

@@ -132,6 +132,57 @@ def test_json_schema_for_a_tokenizer_config_with_named_templates(tmp_path: Path)
     assert (failure["byte_offset"], failure["template_lines"][0]) == (len(system_line), 2)
 
 
+def test_named_templates_without_a_default_need_a_name(tmp_path: Path) -> None:
+    """No `default` among the named templates: transformers raises for a request without tools
+    unless the caller names a template, and renders one with tools with `tool_use`. The config
+    and its folder say so alike, and the gate takes what the names render."""
+    tool_use = "{% if tools %}tools: {{ tools | length }}\n{% endif %}" + CHATML
+    config = {
+        "eos_token": "<|im_end|>",
+        "chat_template": [
+            {"name": "tool_use", "template": tool_use},
+            {"name": "rag", "template": CHATML},
+        ],
+    }
+    path = tmp_path / "model" / "tokenizer_config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    for target in (path, path.parent):
+        table = run(str(target))
+        assert table.returncode == 0, table.stderr
+        row = table.stdout.splitlines()[1]
+        assert "  Safe where it renders  No default template: transformers renders a" in row
+        (report,) = results(run(str(target), "--json"))
+        assert report["template_names"] == ["tool_use", "rag"]
+        assert report["verdict"] == "safe_where_renderable"
+        assert report["summary"].startswith(
+            "No default template: transformers renders a request without tools only when the "
+            'caller names a template (chat_template="rag" or "tool_use"); with tools it uses '
+            '"tool_use". '
+        )
+        unnamed = report["variants"][0]
+        assert (unnamed["template_name"], unnamed["label"]) == ("default", "no kwargs")
+        sessions = {s["session"]: s for s in unnamed["sessions"]}
+        assert sessions["chat_with_tools"]["rendered"]
+        assert not sessions["chat"]["rendered"]
+        assert sessions["chat"]["error"] == (
+            "ValueError: This model has multiple chat templates with no default specified! "
+            "Please either pass a chat template or the name of the template you wish to use to "
+            "the `chat_template` argument. Available template names are ['rag', 'tool_use']."
+        )
+        assert [(v["template_name"], v["verdict"]) for v in report["variants"][1:]] == [
+            ("tool_use", "safe"),
+            ("rag", "safe"),
+        ]
+    # Every name renders every conversation and keeps the cache: no gate fails.
+    assert run(str(path), "--fail-on", "unsafe", "--fail-on", "error").returncode == 0
+    config["chat_template"][1]["template"] = MARKER  # type: ignore[index]
+    path.write_text(json.dumps(config))
+    gate = run(str(path.parent), "--fail-on", "unsafe")
+    assert gate.returncode == 1
+    assert f"{path.parent}: Breaks the cache: rag: no kwargs, chat: earlier messages" in gate.stderr
+
+
 def test_directory_of_files_and_a_hostile_one(tmp_path: Path) -> None:
     (tmp_path / "a.jinja").write_text(CHATML)
     (tmp_path / "b.jinja").write_text(MARKER)

@@ -201,6 +201,28 @@ def test_a_template_that_fails_names_the_request(pool: SandboxPool) -> None:
         diagnose_requests(TemplateSource({"default": failing}), requests, pool=pool)
 
 
+def test_named_templates_without_a_default_render_only_what_transformers_picks(
+    pool: SandboxPool,
+) -> None:
+    """No `default`: transformers renders requests that pass tools with `tool_use`, and raises
+    for the others unless the caller names a template; diagnosing takes no template in its
+    place."""
+    source = TemplateSource({"tool_use": MARKER, "rag": PLAIN})
+    first = {"messages": [{"role": "user", "content": "hi"}]}
+    turn = [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    second = {"messages": [*first["messages"], *turn]}
+    bodies = [{**first, "tools": [TOOLS[0]]}, {**second, "tools": [TOOLS[0]]}]
+    with_tools = diagnose_requests(source, parse_text(json.dumps(bodies), "log"), pool=pool)
+    assert [p["cause"] for p in with_tools] == ["template"]  # `tool_use`'s marker moved
+    without = parse_text(json.dumps([first, second]), "log")
+    with pytest.raises(
+        SandboxError,
+        match=r"^request 1: ValueError: This model has multiple chat templates with no default "
+        r"specified! .* Available template names are \['rag', 'tool_use'\]\.$",
+    ):
+        diagnose_requests(source, without, pool=pool)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -320,3 +320,22 @@ def test_a_link_to_a_setup_of_headline_values_still_chooses_it() -> None:
     )
     assert Setup(engine=HYBRID).params == {"engine": HYBRID}
     assert Setup().params == {"thinking": "default"}
+
+
+def test_a_setup_that_renders_nothing_says_why() -> None:
+    """Named templates with no `default`, none `tool_use`: a caller who names none gets
+    transformers' error for every request, and the setup's sentence (the CLI's gate line) says
+    so rather than only that nothing renders."""
+    report = run_check(
+        TemplateSource({"rag": CHATML, "code": CHATML}), TemplateCache(CheckEnvironment())
+    )
+    assert report.verdict == SAFE_WHERE_RENDERABLE
+    chosen = setup_verdict(report, Setup.parse({"thinking": "default"}))
+    assert chosen is not None
+    assert (chosen.verdict, chosen.sentence) == (
+        "error",
+        "With no kwargs, nothing renders (ValueError: This model has multiple chat templates "
+        "with no default specified! Please either pass a chat template or the name of the "
+        "template you wish to use to the `chat_template` argument. Available template names are "
+        "['code', 'rag']).",
+    )

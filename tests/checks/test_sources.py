@@ -56,6 +56,34 @@ def test_named_list_keeps_its_names_and_order(tmp_path: Path) -> None:
     assert load_source(path).names == ("tool_use", "default")
 
 
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"tokenizer_config.json": [{"name": "tool_use", "template": "t"}]},
+        {"additional_chat_templates/tool_use.jinja": "t"},
+    ],
+    ids=["config-list", "additional-folder"],
+)
+def test_a_lone_named_template_is_no_default(tmp_path: Path, files: dict[str, object]) -> None:
+    """transformers makes named templates a dict whatever their number (a config's list, or the
+    folder's files without chat_template.jinja): a lone `tool_use` is not a default, and a
+    request without tools needs its name. The folder, its config and a commit's files agree."""
+    data = {
+        path: (json.dumps({"chat_template": value}) if path.endswith(".json") else str(value))
+        for path, value in files.items()
+    }
+    for path, text in data.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(text)
+    found = find_templates({path: text.encode() for path, text in data.items()})
+    assert found is not None
+    assert found.named == {"tool_use": "t"}
+    assert load_repository(tmp_path) == found.source()
+    assert found.source().templates == {"tool_use": "t"}
+    if "tokenizer_config.json" in data:
+        assert load_source(tmp_path / "tokenizer_config.json").templates == {"tool_use": "t"}
+
+
 def test_repository_without_a_template_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
     with pytest.raises(SourceError, match="no chat_template.jinja"):

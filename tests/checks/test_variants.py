@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from jinja2 import nodes
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from checks.conversations import SESSIONS, TOOLS
 from checks.engine import run_check
 from checks.rendering import CheckEnvironment, TemplateCache, compile_parsed
-from checks.reports import SAFE, UNSAFE
+from checks.reports import SAFE, SAFE_WHERE_RENDERABLE, UNSAFE
 from checks.sources import TemplateSource
 from checks.variants import MAX_VARIANTS, kwargs_read, plan_variants
+from tests.checks.conftest import CHATML
 
 
 def labels(text: str, **named: str) -> list[str]:
@@ -126,3 +132,90 @@ def test_values_in_a_list_are_found_on_an_ast_that_was_never_compiled() -> None:
         'reasoning_effort="medium"',
         'reasoning_effort="low"',
     ]
+
+
+# Requests with tools see a tools line, so this one is told from the plain ChatML `rag`.
+TOOL_USE = "{% if tools %}tools: {{ tools | length }}\n{% endif %}" + CHATML
+# `loop.last` writes a marker on the newest message only: every pair breaks.
+MARKED = "{% for m in messages %}{% if loop.last %}[LAST]{% endif %}{{ m.content }}\n{% endfor %}"
+
+
+def transformers_pick(templates: dict[str, str], tools: list[Any] | None) -> str:
+    """The template text `apply_chat_template` renders when the caller names none, or the
+    error it raises: transformers' own choice among named templates."""
+    tokenizer = SimpleNamespace(chat_template=dict(templates))
+    try:
+        return str(PreTrainedTokenizerBase.get_chat_template(tokenizer, None, tools))  # type: ignore[arg-type]
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+
+
+def test_named_templates_without_a_default_are_each_checked_by_name() -> None:
+    environment = CheckEnvironment()
+    asts = {"tool_use": environment.parse("{{ tools }}"), "rag": environment.parse("{{ x }}")}
+    # `default` stands for the caller who names no template; every name is checked on its own.
+    assert [(v.template_name, v.label) for v in plan_variants(asts)] == [
+        ("default", "no kwargs"),
+        ("tool_use", "tool_use: no kwargs"),
+        ("rag", "rag: no kwargs"),
+    ]
+
+
+def test_without_a_default_a_request_renders_unnamed_only_where_transformers_picks() -> None:
+    templates = {"tool_use": TOOL_USE, "rag": MARKED}
+    report = run_check(TemplateSource(templates), TemplateCache(CheckEnvironment()))
+    unnamed = next(v for v in report.variants if v.template_name == "default" and not v.kwargs)
+    by_name = {v.template_name: v for v in report.variants if v is not unnamed}
+    assert set(by_name) == {"tool_use", "rag"}
+    for session, result in zip(SESSIONS, unnamed.sessions, strict=True):
+        picked = transformers_pick(templates, TOOLS if session.uses_tools else None)
+        if picked.startswith("ValueError: "):
+            # No server renders it without a name: not a verdict, the reason transformers gives.
+            assert not session.uses_tools
+            assert (result.rendered, result.error) == (False, picked)
+        else:
+            assert picked == TOOL_USE
+            assert result.rendered
+            # Rendered as the `tool_use` template renders it when named: the same pairs.
+            same = next(s for s in by_name["tool_use"].sessions if s.session == session.name)
+            assert result.pairs == same.pairs
+    assert unnamed.verdict == SAFE_WHERE_RENDERABLE
+    # Named, each template renders every conversation: `rag` breaks the cache, and so the report.
+    assert (by_name["tool_use"].verdict, by_name["rag"].verdict) == (SAFE, UNSAFE)
+    assert report.verdict == UNSAFE
+    assert report.summary.startswith(
+        "No default template: transformers renders a request without tools only when the "
+        'caller names a template (chat_template="rag" or "tool_use"); with tools it uses '
+        '"tool_use". '
+    )
+    # What keeps the cache is a name to pass, not "the default settings".
+    assert 'Cache-safe with tool_use: no kwargs (pass chat_template="tool_use").' in report.summary
+    assert "With rag: no kwargs, earlier messages are re-rendered" in report.summary
+
+
+@pytest.mark.parametrize(
+    ("templates", "refused"),
+    [
+        ({"tool_use": TOOL_USE, "rag": CHATML}, {"chat", "chat_no_system", "padded_content"}),
+        ({"rag": CHATML, "code": TOOL_USE}, {s.name for s in SESSIONS}),
+        ({"tool_use": TOOL_USE}, {"chat", "chat_no_system", "padded_content"}),
+    ],
+    ids=["tool_use-and-rag", "no-tool_use", "tool_use-alone"],
+)
+def test_without_a_default_safe_names_are_safe_only_where_it_renders(
+    templates: dict[str, str], refused: set[str]
+) -> None:
+    """Cache-safe under every name, but a caller who names none gets an error for some
+    requests (all of them without `tool_use`): not "Cache-safe" outright."""
+    report = run_check(TemplateSource(templates), TemplateCache(CheckEnvironment()))
+    unnamed = next(v for v in report.variants if v.template_name == "default")
+    assert {s.session for s in unnamed.sessions if not s.rendered} >= refused
+    assert all(
+        s.error == transformers_pick(templates, None) for s in unnamed.sessions if not s.rendered
+    )
+    assert {v.verdict for v in report.variants if v is not unnamed} == {SAFE}
+    assert report.verdict == SAFE_WHERE_RENDERABLE
+    names = " or ".join(f'"{name}"' for name in sorted(templates))
+    assert report.summary.startswith("No default template: transformers renders a request ")
+    assert f"(chat_template={names})" in report.summary
+    assert report.reason is None
