@@ -173,11 +173,13 @@ def _sessions_phrase(pairs: list[RequestPair]) -> str:
     return f"session{'s' if len(names) > 1 else ''} {shown}"
 
 
-def _kwargs_hint(variant: VariantResult) -> str:
+def kwargs_hint(variant: VariantResult, nothing: str = "the default settings") -> str:
+    """What a caller passes to get this setting: the template it names and the kwargs, else
+    `nothing`."""
     settings = f"chat_template_kwargs={json.dumps(variant.kwargs)}" if variant.kwargs else ""
     if variant.template_name != DEFAULT:  # a template the caller names
         return " and ".join(filter(None, (f'chat_template="{variant.template_name}"', settings)))
-    return settings or "the default settings"
+    return settings or nothing
 
 
 def _refused(variants: list[VariantResult]) -> str:
@@ -204,7 +206,7 @@ def summarize(verdict: str, variants: tuple[VariantResult, ...]) -> str:
     elif verdict == SAFE_WHERE_RENDERABLE:
         parts = [f"Cache-safe wherever it renders; the template refuses {_refused(usable)}."]
     elif best is not None:
-        parts = [f"Cache-safe with {best.label} (pass {_kwargs_hint(best)})."]
+        parts = [f"Cache-safe with {best.label} (pass {kwargs_hint(best)})."]
     else:
         parts = ["Not cache-safe under any setting checked."]
     for variant in unsafe[:3]:

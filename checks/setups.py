@@ -7,12 +7,11 @@ what to do and what the rest costs.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.clients import PROFILE_NAMES, PROFILES, TYPICAL
-from checks.policy import error_reason, is_primary
+from checks.policy import error_reason, is_primary, kwargs_hint
 from checks.reports import (
     ERROR,
     SAFE,
@@ -205,9 +204,7 @@ def _thinking_choice(variant: VariantResult) -> str | None:
 
 
 def _kwargs_hint(variant: VariantResult) -> str:
-    if not variant.kwargs:
-        return "no chat_template_kwargs"
-    return f"chat_template_kwargs={json.dumps(variant.kwargs)}"
+    return kwargs_hint(variant, nothing="no chat_template_kwargs")
 
 
 def setup_verdict(report: TemplateReport, setup: Setup) -> SetupVerdict | None:

@@ -23,6 +23,7 @@ from checks.reuse import (
 from checks.setups import Setup, SetupError, is_chosen, setup_verdict
 from checks.sources import TemplateSource
 from tests.checks.conftest import CHATML
+from tests.diagnose_cases import MARKER
 
 # Qwen3 style: reasoning is written only for assistant turns after the last user message, so a
 # tool round's reasoning vanishes from history once the next user turn arrives.
@@ -339,3 +340,14 @@ def test_a_setup_that_renders_nothing_says_why() -> None:
         "template you wish to use to the `chat_template` argument. Available template names are "
         "['code', 'rag']).",
     )
+
+
+def test_the_fix_that_is_another_named_template_names_it() -> None:
+    """The default template breaks the cache and `rag` keeps it: the advice is to name `rag`,
+    not to pass no chat_template_kwargs (which gets the default that breaks)."""
+    report = run_check(
+        TemplateSource({"default": MARKER, "rag": CHATML}), TemplateCache(CheckEnvironment())
+    )
+    chosen = setup_verdict(report, Setup.parse({"thinking": "default"}))
+    assert chosen is not None and chosen.verdict == UNSAFE
+    assert chosen.sentence.endswith(' To keep the cache: pass chat_template="rag".')
