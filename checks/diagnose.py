@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.attribution import render_with_spans, span_at
-from checks.sources import no_default_error
+from checks.sources import no_default_error, unnamed_choice
 
 NONE = "none"
 SYSTEM_CHANGED = "system_changed"
@@ -397,6 +397,14 @@ def _tools_change(
 
     old_list, new_list = list(old or ()), list(new or ())
     old_names, new_names = [name(t) for t in old_list], [name(t) for t in new_list]
+    if not old_list and not new_list:  # one sent "tools": [], the other no "tools"
+        a, b = json.dumps(old), json.dumps(new)
+        said = (
+            'an empty "tools" list was sent, where request k sent none'
+            if old is None
+            else 'the empty "tools" list was not sent again'
+        )
+        return Change(TOOLS_CHANGED, None, "tools", 0, a, b, said)
     if sorted(old_names) == sorted(new_names) and old_names != new_names:
         detail = (
             f"the same tools in another order ({', '.join(old_names)} → {', '.join(new_names)})"
@@ -451,7 +459,9 @@ def client_change(old: ClientRequest, new: ClientRequest) -> Change | None:
             )
         what = "appeared" if a_system is None else "was removed"
         return Change(SYSTEM_CHANGED, 1, "content", 0, "", "", f"a system prompt {what}")
-    if _exact(old.tools or None) != _exact(new.tools or None):
+    # "tools": [] is not the same as no "tools": the template gets [] rather than none, and
+    # transformers takes `tool_use` for it.
+    if _exact(old.tools) != _exact(new.tools):
         return _tools_change(old.tools, new.tools)
     offset = 1 if a_system is not None else 0
     a_keys, b_keys = [_exact(m) for m in a], [_exact(m) for m in b]
@@ -720,16 +730,17 @@ def diagnose_source(
     max_output_chars: int | None = None,
 ) -> list[PairDiagnosis]:
     """Diagnose with a `TemplateSource` (the sandbox worker runs this). transformers' choice of
-    named template: `tool_use` for requests that pass tools, else `default` (none: it raises)."""
+    named template: `tool_use` for requests that pass tools (an empty list too), else `default`
+    (none: it raises)."""
     from checks.options import DEFAULT_MAX_OUTPUT_CHARS
     from checks.rendering import normalize_messages, template_context
 
     def pick(request: ClientRequest) -> str:
-        if request.tools and "tool_use" in source.templates:
-            return "tool_use"
-        if "default" not in source.templates:
+        # A request that sent "tools": [] passes tools, as the servers hand them on.
+        name = unnamed_choice(source.templates, request.tools is not None)
+        if name is None:
             raise ValueError(no_default_error(source.templates))
-        return "default"
+        return name
 
     def context(request: ClientRequest, add_generation_prompt: bool) -> dict[str, Any]:
         return template_context(

@@ -56,7 +56,7 @@ from checks.reports import (
 )
 from checks.reuse import BLOCK, CACHE_CLASSES, Stored, bar, reused, shared_prefixes_with
 from checks.seedcheck import run_seed_check
-from checks.sources import DEFAULT, TOOL_USE, TemplateSource, no_default_error
+from checks.sources import DEFAULT, TemplateSource, no_default_error, unnamed_choice
 from checks.variants import (
     Variant,
     kwargs_read,
@@ -234,9 +234,7 @@ class Renderer:
         name = variant.template_name
         if name != DEFAULT:
             return name
-        if tools is not None and TOOL_USE in self.source.templates:
-            return TOOL_USE
-        return DEFAULT if DEFAULT in self.source.templates else None
+        return unnamed_choice(self.source.templates, tools is not None)
 
     def resolve(self, variant: Variant, tools: list[dict[str, Any]] | None) -> str:
         """As `pick`; where transformers raises, RenderFailed with its words."""

@@ -76,6 +76,15 @@ def has_default(names: Collection[str]) -> bool:
     return not names or DEFAULT in names
 
 
+def unnamed_choice(names: Collection[str], passes_tools: bool) -> str | None:
+    """The template transformers' `get_chat_template` takes for a caller who names none:
+    `tool_use` when tools are passed (`tools is not None`: an empty list too), else `default`;
+    None where it raises."""
+    if passes_tools and TOOL_USE in names:
+        return TOOL_USE
+    return DEFAULT if DEFAULT in names else None
+
+
 def no_default_error(names: Collection[str]) -> str:
     """What transformers' `apply_chat_template` raises (ValueError) for a request without tools
     when named templates have no `default` and the caller names none."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.utils import chat_template_utils
 
 from checks import (
     RequestError,
@@ -221,6 +225,70 @@ def test_named_templates_without_a_default_render_only_what_transformers_picks(
         r"specified! .* Available template names are \['rag', 'tool_use'\]\.$",
     ):
         diagnose_requests(source, without, pool=pool)
+
+
+FIRST: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+SECOND: dict[str, Any] = {
+    "messages": [
+        *FIRST["messages"],
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "more"},
+    ]
+}
+
+
+# Writes the tools it is given, an empty list too: none is not written.
+LISTED = "{%- if tools is not none %}<tools>{{ tools | tojson }}</tools>{% endif %}" + PLAIN
+
+
+def transformers_prompt(templates: dict[str, str], body: dict[str, Any]) -> str:
+    """What `apply_chat_template(messages, tools=body's tools, tokenize=False,
+    add_generation_prompt=True)` returns: the template transformers picks, then its render."""
+    tools = body.get("tools")
+    tokenizer = SimpleNamespace(chat_template=dict(templates))
+    text = PreTrainedTokenizerBase.get_chat_template(tokenizer, None, tools)  # type: ignore[arg-type]
+    rendered, _ = chat_template_utils.render_jinja_template(  # type: ignore[str-unpack]
+        conversations=[body["messages"]],
+        tools=tools,
+        chat_template=text,
+        add_generation_prompt=True,
+    )
+    return str(rendered[0])
+
+
+def test_an_empty_tools_list_is_tools_passed_as_transformers_passes_it(pool: SandboxPool) -> None:
+    """`"tools": []` passes tools (vLLM hands the request's list on): transformers takes
+    `tool_use` for it, and the template sees [] where it sees none without the key. Each pair's
+    renders are transformers' own, byte for byte."""
+    causes = []
+    for templates in ({"default": LISTED}, {"default": LISTED, "tool_use": MARKER}):
+        sent: dict[str, list[Any]]
+        for sent in ({}, {"tools": []}):
+            bodies = [{**FIRST, **sent}, {**SECOND, **sent}]
+            requests = parse_text(json.dumps(bodies), "log")
+            (pair,) = diagnose_requests(TemplateSource(templates), requests, pool=pool)
+            before, after = (transformers_prompt(templates, body) for body in bodies)
+            shared = len(os.path.commonprefix([before, after]).encode())
+            assert (pair["reused"], pair["next_size"]) == (shared, len(after.encode()))
+            causes.append(pair["cause"])
+    # `tool_use`'s marker moves: only the empty list with a `tool_use` template breaks.
+    assert causes == ["none", "none", "none", "template"]
+
+
+def test_an_empty_tools_list_sent_or_dropped_is_the_clients_change(pool: SandboxPool) -> None:
+    """No "tools", then "tools": [] (or back): the template is given another `tools` (and with
+    a `tool_use` template, transformers takes that one): the client's change, not the
+    template's."""
+    source = TemplateSource({"default": LISTED})
+    for sent, said in [
+        (
+            [FIRST, {**SECOND, "tools": []}],
+            'an empty "tools" list was sent, where request k sent none',
+        ),
+        ([{**FIRST, "tools": []}, SECOND], 'the empty "tools" list was not sent again'),
+    ]:
+        (pair,) = diagnose_requests(source, parse_text(json.dumps(sent), "log"), pool=pool)
+        assert (pair["cause"], pair["detail"]) == ("tools_changed", said)
 
 
 @pytest.mark.parametrize(
