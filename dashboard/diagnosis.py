@@ -44,7 +44,7 @@ class Diagnosis:
 
 
 def template_source(repo_id: str, template: str) -> tuple[TemplateSource, str]:
-    """A tracked model's current template, or a pasted one."""
+    """A tracked model's current templates (every named one), or a pasted one."""
     if template.strip():
         if len(template) > MAX_TEMPLATE_CHARS:
             raise DiagnosisError(f"the template is over {MAX_TEMPLATE_CHARS:,} characters", 413)
@@ -72,14 +72,9 @@ def template_source(repo_id: str, template: str) -> tuple[TemplateSource, str]:
     snapshot = model.current_snapshot
     if snapshot is None:
         raise DiagnosisError(f"{model.repo_id} has no chat template yet", 404)
-    version = snapshot.default_template
-    source = TemplateSource(
-        {"default": version.text},
-        snapshot.token_strings(),
-        origin=model.repo_id,
-        sha256=version.sha256,
-    )
-    return source, model.repo_id
+    # Every named template, as the CLI reads the repo's folder: a request renders with the one
+    # transformers picks (`tool_use` for one that passes tools).
+    return snapshot.template_source(), model.repo_id
 
 
 def diagnose(requests: str | list[Any], *, repo_id: str = "", template: str = "") -> Diagnosis:

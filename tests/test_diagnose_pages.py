@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import html
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
+from pytest_django import DjangoAssertNumQueries
 
+from checks import cli_diagnose
+from dashboard import diagnosis
+from registry.local_import import import_local
 from registry.models import HubModel
 from tests.dashboard_data import Catalog, add_model, build_catalog
-from tests.diagnose_cases import CASES, PLAIN, conversation
+from tests.diagnose_cases import CASES, MARKER, PLAIN, conversation
 
 pytestmark = pytest.mark.django_db
 LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -63,6 +69,70 @@ def test_a_tracked_models_template(client: Client, catalog: Catalog) -> None:
         "/diagnose/", {"requests": json.dumps(conversation()), "repo_id": "../../etc/passwd"}
     )
     assert page.status_code == 400 and html.escape(refused) in page.content.decode()
+
+
+def test_a_tracked_models_named_templates_render_as_the_cli_renders_its_folder(
+    client: Client,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    """A repo with `default` and `tool_use`, and one with `rag` and `tool_use` (no default),
+    tracked from their folders: the page renders each request with the template transformers
+    picks, so its diagnosis is `python -m checks diagnose`'s on the same folder, not the
+    default's (or a stand-in's)."""
+    # The CLI takes a folder for a repo by its chat_template.jinja or tokenizer_config.json.
+    config = json.dumps({"eos_token": "</s>"})
+    layouts = {
+        "org/tools": {"chat_template.jinja": PLAIN, "tool_use.jinja": MARKER},
+        "org/no-default": {"rag.jinja": PLAIN, "tool_use.jinja": MARKER},
+    }
+    for repo_id, files in layouts.items():
+        for name, text in {**files, "tokenizer_config.json": config}.items():
+            folder = "additional_chat_templates" if name in ("rag.jinja", "tool_use.jinja") else ""
+            path = tmp_path / "repos" / repo_id / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    import_local(tmp_path / "repos")
+    with_tools = conversation()
+    without_tools = [{k: v for k, v in body.items() if k != "tools"} for body in with_tools]
+    log = tmp_path / "requests.jsonl"
+    seen = {}
+    for repo_id in layouts:
+        for bodies in (with_tools, without_tools):
+            log.write_text("".join(json.dumps(body) + "\n" for body in bodies))
+            out = io.StringIO()
+            folder = str(tmp_path / "repos" / repo_id)
+            failed = cli_diagnose.main([str(log), "--template", folder, "--json"], out)
+            answer = post(client, {"requests": bodies, "repo_id": repo_id}).json()
+            if failed:
+                said = capsys.readouterr().err
+                cli = said.removeprefix("python -m checks diagnose: the template failed: ")
+                assert answer["pairs"] == [], answer
+                assert answer["error"] == f"the template failed on these requests: {cli.strip()}"
+                seen[repo_id, bodies is with_tools] = "error"
+            else:
+                assert answer["pairs"] == json.loads(out.getvalue())["pairs"]
+                seen[repo_id, bodies is with_tools] = answer["pairs"][0]["cause"]
+    # `tool_use` (its marker moves) renders the requests with tools; without, `default`, or
+    # transformers' ValueError where there is none.
+    assert seen == {
+        ("org/tools", True): "template",
+        ("org/tools", False): "none",
+        ("org/no-default", True): "template",
+        ("org/no-default", False): "error",
+    }
+    page = client.post(
+        "/diagnose/",
+        {"requests": "\n".join(map(json.dumps, without_tools)), "repo_id": "org/no-default"},
+    )
+    assert "This model has multiple chat templates with no default specified!" in html.unescape(
+        page.content.decode()
+    )
+    # The model, its snapshot and default template in one query, its named templates in one.
+    with django_assert_num_queries(2):
+        source, _ = diagnosis.template_source("org/tools", "")
+    assert source.names == ("default", "tool_use")
 
 
 @pytest.mark.parametrize(

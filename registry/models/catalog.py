@@ -24,7 +24,7 @@ from django.db.models.lookups import Exact, GreaterThan
 from django.utils import timezone
 
 from checks.reports import VERDICT_LABELS
-from checks.sources import sha256_text
+from checks.sources import FoundTemplates, TemplateSource, sha256_text
 
 #: A Hub model id: `owner/name`, letters, digits, `-`, `_`, `.`; no `--`/`..`; 96 chars a part.
 #: The look-ahead for `--` and `..` reads the id only (the owner, then owner/name), so the same
@@ -494,6 +494,16 @@ class TemplateSnapshot(models.Model):
         """The named special tokens, strings only (the JSON came from the Hub)."""
         tokens = self.special_tokens if isinstance(self.special_tokens, dict) else {}
         return {k: v for k, v in tokens.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def template_source(self) -> TemplateSource:
+        """Its templates as the engine takes a repo's (`FoundTemplates.source`): every named one
+        by name, else the default alone, with its tokens. One query (the default template is
+        read through `default_template`: select it with the snapshot)."""
+        named = {n.name: n.version.text for n in self.named_templates.select_related("version")}
+        found = FoundTemplates(
+            self.source_file, self.default_template.text, named, self.token_strings()
+        )
+        return found.source()
 
 
 class NamedTemplate(models.Model):
