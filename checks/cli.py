@@ -59,7 +59,7 @@ from checks.setups import (
     setup_value,
     setup_verdict,
 )
-from checks.sources import SourceError, decode_text, load_repository
+from checks.sources import TEMPLATE_DIR, SourceError, decode_text, load_repository
 
 _REPOSITORY_FILES = ("chat_template.jinja", "tokenizer_config.json", "chat_template.json")
 
@@ -126,7 +126,11 @@ def _read_tokenizer(path: Path | None) -> str | None:
 
 
 def _is_repository(directory: Path) -> bool:
-    return any((directory / name).is_file() for name in _REPOSITORY_FILES)
+    """A model repository's folder, as `load_repository` reads one: a template file, or named
+    templates alone (`additional_chat_templates/*.jinja`, each checked by its name)."""
+    return any((directory / name).is_file() for name in _REPOSITORY_FILES) or any(
+        (directory / TEMPLATE_DIR).glob("*.jinja")
+    )
 
 
 def _is_template_file(path: Path) -> bool:

@@ -589,3 +589,17 @@ def test_ctrl_c_ends_the_run_with_one_line(tmp_path: Path) -> None:
     assert (process.returncode, err, out) == (130, "python -m checks: interrupted\n", "")
     # At once: before, the run waited for the renders under way to spend their CPU budget (10 s).
     assert time.monotonic() - interrupted < 5
+
+
+def test_a_folder_of_named_templates_alone_is_a_repository(tmp_path: Path) -> None:
+    """A model folder whose templates are all in `additional_chat_templates/` (named, none
+    `default`) is one repository, as `load_repository` and transformers read it: walked from
+    above, it was two loose files, each checked as a default template."""
+    named = tmp_path / "models" / "m" / "additional_chat_templates"
+    named.mkdir(parents=True)
+    (named / "rag.jinja").write_text(CHATML)
+    (named / "tool_use.jinja").write_text(CHATML)
+    [alone] = results(run(str(tmp_path / "models" / "m"), "--json"))
+    [walked] = results(run(str(tmp_path / "models"), "--json"))
+    assert walked["template_names"] == alone["template_names"] == ["rag", "tool_use"]
+    assert walked["verdict"] == alone["verdict"] == "safe_where_renderable"
