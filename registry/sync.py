@@ -837,14 +837,7 @@ def _head_templates(model: HubModel, start: str) -> dict[str, FoundTemplates]:
     )
     if files.get("commit") != start or snapshot is None or not files.get("paths"):
         return {}
-    named = {n.name: n.version.text for n in snapshot.named_templates.select_related("version")}
-    found = FoundTemplates(
-        snapshot.source_file,
-        snapshot.default_template.text,
-        named,
-        dict(snapshot.special_tokens),
-    )
-    return {json.dumps(files["paths"], sort_keys=True): found}
+    return {json.dumps(files["paths"], sort_keys=True): snapshot.found_templates()}
 
 
 def record_history(

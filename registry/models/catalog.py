@@ -495,15 +495,19 @@ class TemplateSnapshot(models.Model):
         tokens = self.special_tokens if isinstance(self.special_tokens, dict) else {}
         return {k: v for k, v in tokens.items() if isinstance(k, str) and isinstance(v, str)}
 
-    def template_source(self) -> TemplateSource:
-        """Its templates as the engine takes a repo's (`FoundTemplates.source`): every named one
-        by name, else the default alone, with its tokens. One query (the default template is
-        read through `default_template`: select it with the snapshot)."""
+    def found_templates(self) -> FoundTemplates:
+        """Its templates as a sync reads a commit's: what the next commit's are compared with.
+        One query (the default template is read through `default_template`: select it with the
+        snapshot)."""
         named = {n.name: n.version.text for n in self.named_templates.select_related("version")}
-        found = FoundTemplates(
+        return FoundTemplates(
             self.source_file, self.default_template.text, named, self.token_strings()
         )
-        return found.source()
+
+    def template_source(self) -> TemplateSource:
+        """Its templates as the engine takes a repo's (`FoundTemplates.source`): every named one
+        by name, else the default alone, with its tokens."""
+        return self.found_templates().source()
 
 
 class NamedTemplate(models.Model):
